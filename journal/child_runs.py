@@ -20,6 +20,8 @@ and is told so (:class:`Claim`).
   written before the agent starts; the writer replaces it with the attempt's full row.
   :func:`release_child_run` removes it again when the start failed before the agent ran, so
   the child run can be started later.
+- :func:`add_run_labels`: labels merged into a run's after its writer closed (a replay's
+  ``replay_status`` and ``ended_by``, known once its result is filled in).
 
 This module imports nothing of pvisor's but the journal package (the journal package's rule).
 """
@@ -188,6 +190,20 @@ def release_child_run(path: str | os.PathLike[str], run_id: str) -> bool:
             return False
         conn.execute("DELETE FROM attempts WHERE run_id = ? AND n = 1", (run_id,))
         _event(conn, "run.released", run_id, {"attempt": 1, "pid": os.getpid()})
+    return True
+
+
+def add_run_labels(path: str | os.PathLike[str], run_id: str, labels: dict[str, str]) -> bool:
+    """Merge ``labels`` into the labels of run ``run_id`` (a key given replaces the run's), with
+    a ``run.updated`` event. False when the journal holds no such run; UnavailableError when it
+    stays locked."""
+    with _immediate(path, f"label run {run_id}") as conn:
+        row = conn.execute("SELECT labels FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            return False
+        merged = {**_labels(row[0]), **labels}
+        conn.execute("UPDATE runs SET labels = ? WHERE id = ?", (orjson.dumps(merged).decode(), run_id))
+        _event(conn, "run.updated", run_id, ["labels"])
     return True
 
 

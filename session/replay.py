@@ -112,6 +112,7 @@ from pvisor.session.replay_result import (
     observation_counts,
     fill_prefix,
     fill_restored,
+    label_status,
     remove_prefix_files,
 )
 from pvisor.session.run import RunRequest, run_agent, without_userinfo
@@ -720,6 +721,7 @@ def _write_outcome(
     result.timings_ms.total = elapsed_ms(t0, time.perf_counter())
     if error is not None:
         result.errors.append(ResultMessage(error.code, error.detail))
+    label_status(result, opts.journal)
     if not files:
         remove_prefix_files(out)  # no prefix files of an earlier replay beside this result
     # a diverged replay still shows how far it got; result.json last
@@ -737,6 +739,7 @@ def _write_failed(
     if getattr(exc, "recording", None) is not None and result.boundary.steps_total is None:
         _fill_recording(result, exc.recording)  # type: ignore[attr-defined]
     result.status = ResultStatus.FAILED
+    label_status(result, opts.journal)
     # a source that stops the replay before the agent starts: a missing agent is said too
     missing = agent_missing(opts, d) if isinstance(exc, BadInputError) and not result.agent_started else None
     # several problems found before the agent acts (check_before_acting): each is an error

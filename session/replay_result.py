@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pvisor.adapters.jsonio import dumps
+from pvisor.core.errors import UnavailableError
+from pvisor.journal.child_runs import add_run_labels
 from pvisor.replay.agent_result import AgentRunEnd, AgentRunRecord, PlaybackSummary
 from pvisor.replay.errors import ReplayFailed, show_path
 from pvisor.replay.playback import playback_record, recorded_prefix
@@ -23,6 +25,29 @@ from pvisor.replay.result import (
 from pvisor.session.continuation_result import live_failure
 from pvisor.session.handoff_result import compared_calls
 from pvisor.session.replay_options import ReplayOptions
+
+
+#: the derived run's labels that say how its replay ended (docs/journal.md "runs"): the result's
+#: ``status`` and its ``agent_run.ended_by``
+REPLAY_STATUS_LABEL = "replay_status"
+ENDED_BY_LABEL = "ended_by"
+
+
+def label_status(result: ResultDocument, journal: Path) -> None:
+    """Give the derived run (``result.derived_run``; none: nothing to label) the labels
+    :data:`REPLAY_STATUS_LABEL` (``result.status``) and :data:`ENDED_BY_LABEL` (how the agent's
+    run ended, when the agent ran), so that the journal alone says how the replay ended (the run
+    page reads them). A journal that stays locked is the warning ``status_not_labelled``."""
+    if result.derived_run is None or result.status is None:
+        return
+    labels = {REPLAY_STATUS_LABEL: getattr(result.status, "value", str(result.status))}
+    ended = getattr(result.agent_run, "ended_by", None)
+    if ended is not None:
+        labels[ENDED_BY_LABEL] = getattr(ended, "value", str(ended))
+    try:
+        add_run_labels(journal, result.derived_run, labels)
+    except UnavailableError as exc:
+        result.warn("status_not_labelled", f"the derived run's status is not in the journal: {exc.message}")
 
 
 def agent_ended_by(p: Any, report: Any) -> AgentRunEnd:

@@ -60,6 +60,8 @@ class Option(enum.Enum):
     BODY_LIMIT = "--body-limit"
     #: no page of a derived run's parent beside its own (:attr:`Settings.with_parent` False)
     NO_PARENT = "--no-parent"
+    #: no files or diffs of the workspace on a page (:attr:`Settings.workspace` False)
+    NO_WORKSPACE = "--no-workspace"
     #: a capture whose request gives what a native file does not store (:attr:`Settings.profile_from`)
     PROFILE_FROM = "--profile-from"
 
@@ -92,6 +94,8 @@ class Settings:
     #: bytes; None: the format's own default
     body_limit: int | None = None
     with_parent: bool = True
+    #: a report's files changed per step, from the run's snapshots (False: ``--no-workspace``)
+    workspace: bool = True
     #: pvisor's, for the documents that name the program that made them (HAR's ``creator``, OTLP's
     #: ``service.version``)
     version: str = "unknown"

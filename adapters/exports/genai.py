@@ -27,6 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from pvisor.adapters.jsonio import dumps
+from pvisor.adapters.protocols.base import TokenUsage
+from pvisor.core.errors import PvisorError
 from pvisor.journal.model import (
     Action,
     Conversation,
@@ -134,6 +136,21 @@ def output_messages(action: Action | None) -> list[dict[str, Any]] | None:
         parts.append({"type": "text", "content": action.text})
     parts.extend(tool_call(c) for c in action.tool_calls)
     return [{"role": "assistant", "parts": parts, "finish_reason": finish_reason(action)}]
+
+
+def reply_of(mod: Any, final: Any) -> tuple[Action | None, TokenUsage]:
+    """A reply's final object (the provider's shape: a non-streamed reply, or a stream
+    reassembled) read by its protocol module ``mod``: its action and its token counts, one
+    spelling for every protocol (``mod.normalised_usage``: cache reads and writes, reasoning).
+    ``(None, TokenUsage())`` when ``mod`` is None, ``final`` is not an object or does not read
+    as a reply (an error body)."""
+    if mod is None or not isinstance(final, dict):
+        return None, TokenUsage()
+    try:
+        action = mod.response_to_action(final)
+    except PvisorError:  # a reply that does not read as one: no action, no counts
+        return None, TokenUsage()
+    return action, mod.normalised_usage(action.usage)
 
 
 def json_text(value: Any) -> str | None:

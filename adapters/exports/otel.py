@@ -62,7 +62,13 @@ from pvisor.adapters.exports.base import (
     Written,
     agent_name,
 )
-from pvisor.adapters.exports.genai import input_messages, json_text, output_messages, system_instructions
+from pvisor.adapters.exports.genai import (
+    input_messages,
+    json_text,
+    output_messages,
+    reply_of,
+    system_instructions,
+)
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
 from pvisor.adapters.protocols.base import TokenUsage
@@ -127,11 +133,9 @@ def _exchange_span(
         except orjson.JSONDecodeError:
             final = None
     if mod is not None and isinstance(final, dict):
-        try:
-            action = mod.response_to_action(final)
-            response_model, usage = action.model, mod.normalised_usage(action.usage)
-        except PvisorError:  # nor does a reply that does not read as one
-            action = None
+        # nor does a reply that does not read as one
+        action, usage = reply_of(mod, final)
+        response_model = action.model if action is not None else None
         rid = final.get("id") or final.get("responseId")
         response_id = rid if isinstance(rid, str) else None
     if mod is None:

@@ -95,18 +95,20 @@ def write_report(
     output: Path,
     body_limit: int = DEFAULT_BODY_LIMIT,
     with_parent: bool = True,
+    workspace: bool = True,
 ) -> list[Path]:
     """Write the page of ``run_id`` to ``output`` and, for a derived run whose parent is in the
-    journal, the parent's page beside it (``<parent>.html``, linked from the first). Returns the
+    journal, the parent's page beside it (``<parent>.html``, linked from the first); ``workspace``
+    False leaves every page's files changed per step out (``--no-workspace``). Returns the
     files written. Raises UsageError for an unknown run; OSError as the file system gives it."""
     parsed: dict[str, Any] = {}
-    doc = run_document(reader, run_id, body_limit, parsed)
+    doc = run_document(reader, run_id, body_limit, parsed, workspace=workspace)
     written = []
     parent = doc["run"]["parent_run"]
     href = None
     if parent and with_parent:
         try:
-            parent_doc = run_document(reader, parent, body_limit, parsed)
+            parent_doc = run_document(reader, parent, body_limit, parsed, workspace=workspace)
         except PvisorError:  # a parent that is not in this journal: no link
             parent_doc = None
         if parent_doc is not None:
@@ -126,6 +128,7 @@ def write_folder(
     directory: Path,
     body_limit: int = DEFAULT_BODY_LIMIT,
     selection: str = "",
+    workspace: bool = True,
 ) -> list[Path]:
     """Write the page of each run of ``run_ids`` (whole ids, in the index's order: newest first)
     into ``directory`` (which exists) as :func:`report_index.page_names` names it, then the index
@@ -133,7 +136,8 @@ def write_folder(
     its child runs whose pages are in the folder, and the index; a parent or child outside
     ``run_ids`` is named on the page, not linked, and not written. Each run is read once: pages
     are written oldest first, and a run's reading is kept until the last of its children that
-    compares against it is written. ``selection``: the index's line saying which runs these are.
+    compares against it is written. ``selection``: the index's line saying which runs these are;
+    ``workspace`` False leaves the files changed per step out (``--no-workspace``).
     Raises OSError (``filename`` the page) as the file system gives it."""
     names = page_names(run_ids)
     selected = set(run_ids)
@@ -151,7 +155,7 @@ def write_folder(
         parent = runs[run_id].parent_run
         parent_href = names[parent] if parent in selected else None
         child_hrefs = {c: names[c] for c in children.get(run_id, [])}
-        doc = run_document(reader, run_id, body_limit, parsed)
+        doc = run_document(reader, run_id, body_limit, parsed, workspace=workspace)
         path = directory / names[run_id]
         _write_named(path, render(doc, parent_href, child_hrefs, INDEX_NAME))
         written.append(path)
@@ -183,10 +187,18 @@ def _write(path: Path, text: str) -> None:
 
 def write(source: JournalSource, output: Path, settings: Settings) -> Written:
     """:func:`write_report` of ``source``'s run to ``output`` (``settings.body_limit``, default
-    :data:`DEFAULT_BODY_LIMIT`; the parent's page unless ``settings.with_parent`` is False);
-    counts the pages, the files written in :attr:`Written.paths`."""
+    :data:`DEFAULT_BODY_LIMIT`; the parent's page unless ``settings.with_parent`` is False; no
+    files changed per step when ``settings.workspace`` is False); counts the pages, the files
+    written in :attr:`Written.paths`."""
     limit = DEFAULT_BODY_LIMIT if settings.body_limit is None else settings.body_limit
-    written = write_report(source.reader, source.run_id, output, limit, with_parent=settings.with_parent)
+    written = write_report(
+        source.reader,
+        source.run_id,
+        output,
+        limit,
+        with_parent=settings.with_parent,
+        workspace=settings.workspace,
+    )
     return Written(len(written), tuple(written))
 
 
@@ -196,6 +208,6 @@ FORMAT = ExportFormat(
     write=write,
     unit="pages",
     extension="html",
-    reads=frozenset({Option.BODY_LIMIT, Option.NO_PARENT}),
+    reads=frozenset({Option.BODY_LIMIT, Option.NO_PARENT, Option.NO_WORKSPACE}),
     output=Output.FILES,
 )

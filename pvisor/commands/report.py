@@ -88,6 +88,11 @@ def make_folder(folder: str, option: str) -> None:
 @click.option(
     "--no-parent", is_flag=True, help="For a derived run, do not write the parent run's page beside it."
 )
+@click.option(
+    "--no-workspace",
+    is_flag=True,
+    help="Leave out the files each step changed (their names and diffs, from the run's snapshots).",
+)
 @click.option("--open", "open_it", is_flag=True, help="Open the page in the default browser once written.")
 @click.option(
     "--all", "all_runs", is_flag=True, help="Instead of RUN: a folder of the runs' pages and their index."
@@ -110,6 +115,7 @@ def report(
     output: str | None,
     body_limit: int,
     no_parent: bool,
+    no_workspace: bool,
     open_it: bool,
     all_runs: bool,
     since: int | None,
@@ -134,7 +140,9 @@ def report(
     """
     if all_runs or run_id is None:
         _check_all(run_id, all_runs, no_parent)
-        written = _write_all(ctx, output, body_limit, since, agent, limit or DEFAULT_LIMIT)
+        written = _write_all(
+            ctx, output, body_limit, since, agent, limit or DEFAULT_LIMIT, workspace=not no_workspace
+        )
         if written:
             _done(written, open_it)
         return
@@ -148,7 +156,7 @@ def report(
         check_export_path(output if output is not None else str(path), "--output")
         refuse_reading(str(path), "--output", [str(ctx.obj["journal"])])
         make_output_parent(str(path), "--output")
-        settings = Settings(body_limit=body_limit, with_parent=not no_parent)
+        settings = Settings(body_limit=body_limit, with_parent=not no_parent, workspace=not no_workspace)
         try:
             written = form.write(JournalSource(reader, run.id), path, settings).paths
         except OSError as exc:
@@ -196,7 +204,13 @@ def _selection(n: int, total: int, since: int | None, agent: str | None, limit: 
 
 
 def _write_all(
-    ctx: click.Context, output: str | None, body_limit: int, since: int | None, agent: str | None, limit: int
+    ctx: click.Context,
+    output: str | None,
+    body_limit: int,
+    since: int | None,
+    agent: str | None,
+    limit: int,
+    workspace: bool = True,
 ) -> list[Path]:
     """``--all``: the folder written (module docstring; docs/report.md "A folder of runs"); the
     files written, or [] when no run is selected (said on stderr, nothing written)."""
@@ -219,7 +233,7 @@ def _write_all(
         make_folder(str(folder), "-o")
         try:
             said = _selection(len(ids), len(runs), since, agent, limit)
-            return write_folder(reader, ids, folder, body_limit, said)
+            return write_folder(reader, ids, folder, body_limit, said, workspace=workspace)
         except OSError as exc:
             where = exc.filename or folder
             raise OutputError(f"cannot write -o {folder}: {one_line(where)}: {exc.strerror or exc}") from None
