@@ -39,6 +39,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "pvisor.commands.report:report",
         "Write a run as one HTML page: steps, exchanges, O against O'.",
     ),
+    "diff": (
+        "pvisor.commands.diff:diff",
+        "Where two requests, runs or attempts part, and what it costs in cache.",
+    ),
     "view": (
         "pvisor.commands.view:view",
         "What the agent saw at a pause (an observer view, JSON): --step K (transition K, from 0), "

@@ -37,6 +37,7 @@ CONSTANT_TYPES = {
     "REQUIRED_PARAMS": Mapping,
     "SIGNED_REASONING": bool,
     "CACHE_MARKERS": bool,
+    "PROMPT_CACHE": Mapping,
     "TOKEN_COUNT_FIELD": (str, type(None)),
     "CREDENTIAL_HEADERS": tuple,
     "CREDENTIAL_QUERY": tuple,

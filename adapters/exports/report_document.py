@@ -34,6 +34,7 @@ from pvisor.adapters.exports.report_workspace import NO_WORKSPACE_REASON, diff_l
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
 from pvisor.adapters.protocols.base import TokenUsage, count_sum
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.adapters.request_diff import report_section
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import run_lineage
@@ -272,7 +273,26 @@ def run_document(
     replayed = run.mode != "handoff" or run.labels.get("started_as") in ("replay-only", "continuation")
     if run.parent_run and replayed:
         doc["comparison"] = _comparison(reader, run.parent_run, traj, run.boundary_step, parsed, body_limit)
+    doc["diff"] = _request_diff(reader, run, traj, parsed)
     return doc
+
+
+def _request_diff(
+    reader: JournalReader, run: Any, traj: Any, parsed: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Where the derived run's requests part from its parent's, step by step (``pvisor diff``'s
+    :func:`~pvisor.adapters.request_diff.report_section`), for a run of the parent's agent (a
+    handoff to another agent speaks another request shape: its O'' is what compares); None for
+    a run that derives from nothing, or from a run that is not in this journal."""
+    if not run.parent_run or not reader.run_exists(run.parent_run):
+        return None
+    if reader.run(run.parent_run).agent != run.agent:
+        return None
+    hints = {run.id: [d["exchange"] for d in traj.meta.get("steps", [])]}
+    parent = parsed.get(run.parent_run)
+    if parent is not None:  # read already for O against O': its steps are not classified again
+        hints[run.parent_run] = [d["exchange"] for d in parent.traj.meta.get("steps", [])]
+    return report_section(reader, run.id, hints=hints)
 
 
 class _Context:

@@ -97,6 +97,21 @@ REQUIRED_PARAMS: dict[str, Any] = {"max_tokens": DEFAULT_MAX_TOKENS}
 #: a thinking block needs a signature of its own: reasoning of another protocol has none
 SIGNED_REASONING = True
 CACHE_MARKERS = True
+#: how the prompt cache reuses an earlier request's prompt (``pvisor diff``,
+#: :mod:`pvisor.adapters.request_diff`): the prompt is read tools, system, messages, and a
+#: ``cache_control`` block is a breakpoint that caches the prefix up to and including it; a later
+#: request reuses the prefix up to the last breakpoint before its first change (prompt caching
+#: guide, https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching: "tools, system,
+#: messages" order, at most 4 breakpoints, 1,024 tokens at least on most models); the cached
+#: count is the reply's ``usage.cache_read_input_tokens``
+PROMPT_CACHE: dict[str, Any] = {
+    "rule": "breakpoints",
+    "marker": "cache_control",
+    "min_tokens": 1024,
+    "increment_tokens": None,
+    "usage_field": "cache_read_input_tokens",
+    "source": "https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching",
+}
 #: where a request carries its credential (lower-case header names; query parameter names): an
 #: API key in ``x-api-key``, an auth token (``ANTHROPIC_AUTH_TOKEN``, OAuth) as
 #: ``authorization: Bearer`` (the Messages API reference, "Authentication"; anthropic-sdk-python

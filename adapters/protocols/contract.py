@@ -48,6 +48,12 @@ class WireProtocol(Protocol):
       encrypted content) from this provider: reasoning of another protocol cannot be sent.
     - ``CACHE_MARKERS``: its clients put prompt-cache markers into a request body (Anthropic
       ``cache_control``), placed by ``place_cache_markers``.
+    - ``PROMPT_CACHE``: how the provider's prompt cache reuses an earlier request's prompt, with
+      its source (:mod:`pvisor.adapters.request_diff`, ``pvisor diff``): ``rule``
+      (``breakpoints``: up to the last cache marker before the first change; ``increments``: the
+      common prefix in ``increment_tokens``; ``prefix``: the common prefix, undocumented further),
+      ``marker`` (the block key of a breakpoint, or None), ``min_tokens``, ``increment_tokens``,
+      ``usage_field`` (where a reply reports its cached tokens) and ``source`` (the documentation).
     - ``TOKEN_COUNT_FIELD``: the field of a token-count response (``input_tokens``,
       ``totalTokens``), None for a protocol without one
       (:func:`pvisor.adapters.protocols.replies.token_count_reply`).
@@ -72,6 +78,7 @@ class WireProtocol(Protocol):
     REQUIRED_PARAMS: Mapping[str, Any]
     SIGNED_REASONING: bool
     CACHE_MARKERS: bool
+    PROMPT_CACHE: Mapping[str, Any]
     TOKEN_COUNT_FIELD: str | None
     CREDENTIAL_HEADERS: tuple[str, ...]
     CREDENTIAL_QUERY: tuple[str, ...]

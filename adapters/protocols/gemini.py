@@ -121,6 +121,20 @@ SIGNED_REASONING = False
 converted_tool_raw = no_converted_tool_raw
 cache_breakpoints = no_cache_breakpoints
 CACHE_MARKERS = False
+#: how the prompt cache reuses an earlier request's prompt (``pvisor diff``,
+#: :mod:`pvisor.adapters.request_diff`): implicit caching, on by default for Gemini 2.5 and
+#: later, reuses a common prefix of a recent request past a minimum of 1,024 to 4,096 tokens by
+#: model (https://ai.google.dev/gemini-api/docs/caching); its granularity is not documented, so
+#: pvisor's figure is always an estimate of the common prefix past the lowest minimum; the
+#: cached count is the reply's ``usageMetadata.cachedContentTokenCount``
+PROMPT_CACHE: dict[str, Any] = {
+    "rule": "prefix",
+    "marker": None,
+    "min_tokens": 1024,
+    "increment_tokens": None,
+    "usage_field": "cachedContentTokenCount",
+    "source": "https://ai.google.dev/gemini-api/docs/caching",
+}
 #: where a request carries its credential: the ``x-goog-api-key`` header (python-genai
 #: ``_api_client.py``, Gemini CLI) or the ``?key=`` query parameter (the REST reference's
 #: examples)

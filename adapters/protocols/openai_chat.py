@@ -98,6 +98,19 @@ path_for_model = path_unchanged
 converted_tool_raw = no_converted_tool_raw
 cache_breakpoints = no_cache_breakpoints
 CACHE_MARKERS = False
+#: how the prompt cache reuses an earlier request's prompt (``pvisor diff``,
+#: :mod:`pvisor.adapters.request_diff`): automatic, on an exact common prefix of prompts of
+#: 1,024 tokens or more, hits counted in 128-token increments (OpenAI's prompt caching guide,
+#: https://platform.openai.com/docs/guides/prompt-caching, and its cookbook "Prompt Caching
+#: 201"); the cached count is the reply's ``usage.prompt_tokens_details.cached_tokens``
+PROMPT_CACHE: dict[str, Any] = {
+    "rule": "increments",
+    "marker": None,
+    "min_tokens": 1024,
+    "increment_tokens": 128,
+    "usage_field": "prompt_tokens_details.cached_tokens",
+    "source": "https://platform.openai.com/docs/guides/prompt-caching",
+}
 #: a request's credential: ``authorization: Bearer <key>`` (OpenAI API reference, "Authentication")
 CREDENTIAL_HEADERS, CREDENTIAL_QUERY = ("authorization",), ()
 place_cache_markers = no_cache_markers

@@ -133,6 +133,19 @@ SIGNED_REASONING = False
 path_for_model = path_unchanged
 cache_breakpoints = no_cache_breakpoints
 CACHE_MARKERS = False
+#: how the prompt cache reuses an earlier request's prompt (``pvisor diff``,
+#: :mod:`pvisor.adapters.request_diff`): as Chat Completions' (OpenAI's prompt caching guide,
+#: https://platform.openai.com/docs/guides/prompt-caching: an exact common prefix of 1,024
+#: tokens or more, in 128-token increments); the cached count is the reply's
+#: ``usage.input_tokens_details.cached_tokens``
+PROMPT_CACHE: dict[str, Any] = {
+    "rule": "increments",
+    "marker": None,
+    "min_tokens": 1024,
+    "increment_tokens": 128,
+    "usage_field": "input_tokens_details.cached_tokens",
+    "source": "https://platform.openai.com/docs/guides/prompt-caching",
+}
 #: where a request carries its credential: ``authorization: Bearer <key>`` (the OpenAI API
 #: reference, "Authentication"; Codex sends its key so); no query parameter
 CREDENTIAL_HEADERS: tuple[str, ...] = ("authorization",)
