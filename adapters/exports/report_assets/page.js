@@ -194,12 +194,20 @@ function system(box) {
   });
   box.append(d);
 }
+// as adapters/request_diff.py words a RequestDiff (its sentence() is not in the JSON)
 function rdSentence(d) {
   if (d.sentence) return d.sentence;
-  if (d.verdict === "same") return "the same bytes";
-  if (d.verdict === "bytes_only") return "the bytes differ, the prompt does not (key order, whitespace)";
+  if (d.verdict === "same") return `same bytes${d.a_bytes != null ? ` (${fmtN(d.a_bytes)} bytes)` : ""}`;
+  let text = d.first_byte != null ? `bodies part at byte ${fmtN(d.first_byte)}` : "the bodies differ";
+  if (d.verdict === "bytes_only") text += ", the prompt does not (key order, whitespace)";
+  if (d.note) text += `; ${d.note}`;
   const st = d.structure;
-  return st ? `${st.message || ""} ${st.path || ""}`.trim() : `parts at byte ${d.first_byte ?? "?"}`;
+  if (st) {
+    const where = st.message != null ? `message ${st.message}` + (st.part != null ? ` part ${st.part}` : "") : st.path;
+    text += `; ${where}: ${st.reason}`;
+    if (st.expected != null || st.got != null) text += ` (expected ${st.expected}, got ${st.got})`;
+  }
+  return text;
 }
 function cacheText(c) {
   if (!c) return "";
