@@ -32,7 +32,9 @@ parent, its child runs and the index.
 
 from __future__ import annotations
 
+import contextlib
 import html
+import os
 import re
 from collections import Counter
 from functools import cache
@@ -54,7 +56,7 @@ from pvisor.adapters.exports.report_document import DEFAULT_BODY_LIMIT, run_docu
 from pvisor.adapters.exports.report_index import INDEX_NAME, index_row, page_names, render_index
 from pvisor.adapters.exports.shared import shared
 from pvisor.core.errors import PvisorError
-from pvisor.core.outfile import replacing
+from pvisor.core.outfile import create_private, replacing
 from pvisor.journal.reader import JournalReader
 
 #: the page's template, style and script, shipped beside this module (package data)
@@ -167,9 +169,22 @@ def write_folder(
 
 
 def _write_named(path: Path, text: str) -> None:
-    """:func:`_write`, an OSError naming ``path`` (not the temporary file beside it)."""
+    """``text`` into the folder's file ``path``, never through a symbolic link: written to
+    ``PATH.tmp`` (whatever lies there unlinked first, not followed: :func:`create_private`) and
+    renamed over ``path``, which replaces a link, a FIFO or a device of that name, never its
+    target (a link ``RUN.html -> ~/.bashrc`` planted in the folder would have had the page
+    written into ``~/.bashrc``). On any exception the temporary file is removed; an OSError
+    names ``path`` (not the temporary file)."""
+    tmp = f"{path}.tmp"
     try:
-        _write(path, text)
+        try:
+            with create_private(tmp) as out:
+                out.write(text.encode("utf-8"))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
 

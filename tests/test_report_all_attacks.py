@@ -1,0 +1,53 @@
+"""``pvisor report --all`` and ``pvisor report RUN`` against hostile journals and careless
+folders (issue 43): each case is one that wrote outside the folder, leaked a key, broke a page,
+left a folder the next run refused, or ended in a traceback.
+
+Journals are written with the real writer (tests/test_report_all.py's ``chat_run``) and, where
+the writer refuses what a foreign journal may hold (an empty run id), edited with sqlite3.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from test_gateway_cli import ENV, PVISOR
+from test_report_all import OLD, index_runs, written_journal
+
+
+#: a key-shaped token (an Anthropic API key's shape); the journal and the pages redact it
+KEY = "sk-ant-api03-" + "Q" * 60 + "z" * 30
+
+
+def run_cli(journal: Path, *args: str, cwd: Path | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*PVISOR, "--journal", str(journal), *args], env=ENV, capture_output=True, text=True, cwd=cwd, **kw
+    )
+
+
+def one_line(p: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    return p.stderr
+
+
+def test_a_link_in_the_folder_is_replaced_by_the_page_never_written_through(tmp_path):
+    """A folder an earlier --all wrote, where someone put ``RUN.html -> ~/.bashrc`` and
+    ``index.html.tmp -> ~/.profile``: both files outside keep their content, the pages are
+    regular files in the folder (before: both were overwritten with the pages' HTML)."""
+    journal = written_journal(tmp_path / "j.sqlite")
+    out = tmp_path / "site"
+    assert run_cli(journal, "report", "--all", "-o", str(out)).returncode == 0
+    bashrc, profile = tmp_path / ".bashrc", tmp_path / ".profile"
+    bashrc.write_text("export PATH=mine\n")
+    profile.write_text("umask 077\n")
+    (out / f"{OLD}.html").unlink()
+    (out / f"{OLD}.html").symlink_to(bashrc)
+    (out / "index.html.tmp").symlink_to(profile)
+    p = run_cli(journal, "report", "--all", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert bashrc.read_text() == "export PATH=mine\n" and profile.read_text() == "umask 077\n"
+    for name in (f"{OLD}.html", "index.html"):
+        assert not (out / name).is_symlink() and (out / name).is_file(), name
+    assert index_runs(out / "index.html") == [OLD]
+    assert sorted(os.listdir(out)) == sorted([f"{OLD}.html", "index.html"])
