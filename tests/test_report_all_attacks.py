@@ -9,12 +9,15 @@ the writer refuses what a foreign journal may hold (an empty run id), edited wit
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 from pathlib import Path
 
 from test_gateway_cli import ENV, PVISOR
-from test_report_all import OLD, index_runs, written_journal
+from test_report_all import OLD, OLD_MS, chat_run, index_runs, written_journal
 
+from pvisor.journal.model import Run
+from pvisor.journal.writer import Journal
 
 #: a key-shaped token (an Anthropic API key's shape); the journal and the pages redact it
 KEY = "sk-ant-api03-" + "Q" * 60 + "z" * 30
@@ -51,3 +54,34 @@ def test_a_link_in_the_folder_is_replaced_by_the_page_never_written_through(tmp_
         assert not (out / name).is_symlink() and (out / name).is_file(), name
     assert index_runs(out / "index.html") == [OLD]
     assert sorted(os.listdir(out)) == sorted([f"{OLD}.html", "index.html"])
+
+
+def test_a_folder_left_by_a_full_disk_is_written_again(tmp_path):
+    """A full disk after the first page (the file size limit between the small page and the
+    big one): exit 74 naming the page; the same command afterwards writes the folder (before:
+    refused, exit 2, the half-written folder having no index of its own)."""
+    with Journal.open(tmp_path / "j.sqlite") as j:
+        j.create_run(Run(id=OLD, agent="codex", created_ms=OLD_MS))
+        chat_run(j, OLD)
+        big = Run(id="r-big000000001", agent="codex", created_ms=OLD_MS + 1000, labels={"n": "x" * 200_000})
+        j.create_run(big)
+        chat_run(j, "r-big000000001")
+        j.flush()
+    journal = tmp_path / "j.sqlite"
+    probe = tmp_path / "probe"
+    assert run_cli(journal, "report", "--all", "-o", str(probe)).returncode == 0
+    small, big = (probe / f"{OLD}.html").stat().st_size, (probe / "r-big000000001.html").stat().st_size
+    assert small + 4096 < big, (small, big)
+    limit = max(small + 4096, 64 * 1024)  # the journal's -shm (32 KiB) is a file this limit counts too
+    assert limit < big
+
+    def full() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    out = tmp_path / "site"
+    p = run_cli(journal, "report", "--all", "-o", str(out), preexec_fn=full)
+    assert p.returncode == 74 and "r-big000000001.html" in one_line(p), p.stderr
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
+    p = run_cli(journal, "report", "--all", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert index_runs(out / "index.html") == ["r-big000000001", OLD]

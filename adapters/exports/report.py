@@ -53,7 +53,13 @@ from pvisor.adapters.exports.base import (
     Written,
 )
 from pvisor.adapters.exports.report_document import DEFAULT_BODY_LIMIT, run_document
-from pvisor.adapters.exports.report_index import INDEX_NAME, index_row, page_names, render_index
+from pvisor.adapters.exports.report_index import (
+    INDEX_NAME,
+    index_row,
+    is_report_folder,
+    page_names,
+    render_index,
+)
 from pvisor.adapters.exports.shared import shared
 from pvisor.core.errors import PvisorError
 from pvisor.core.outfile import create_private, replacing
@@ -136,7 +142,9 @@ def write_folder(
     ``run_ids`` is named on the page, not linked, and not written. Each run is read once: pages
     are written oldest first, and a run's reading is kept until the last of its children that
     compares against it is written. ``selection``: the index's line saying which runs these are.
-    Raises OSError (``filename`` the page) as the file system gives it."""
+    A folder no --all wrote yet gets an index of no row first (the folder is then --all's, to
+    write again after a failure or an interruption). Raises OSError (``filename`` the page) as
+    the file system gives it."""
     names = page_names(run_ids)
     selected = set(run_ids)
     runs = {r.id: r for r in reader.runs()}
@@ -149,6 +157,11 @@ def write_folder(
     parsed: dict[str, Any] = {}
     rows: dict[str, dict[str, Any]] = {}
     written = []
+    index = directory / INDEX_NAME
+    if not is_report_folder(directory):
+        # a new folder is marked as --all's before its first page: one a full disk or Ctrl-C
+        # stops half-way is then written again by the same command, not refused as a stranger's
+        _write_named(index, render_index([], f"{selection} · not finished: its pages are being written"))
     for run_id in reversed(run_ids):  # oldest first: a parent's reading is kept for its children
         parent = runs[run_id].parent_run
         parent_href = names[parent] if parent in selected else None
@@ -163,7 +176,6 @@ def write_folder(
                 readers[read] -= 1
                 if readers[read] <= 0:
                     parsed.pop(read, None)
-    index = directory / INDEX_NAME
     _write_named(index, render_index([rows[i] for i in run_ids], selection))
     return [*written, index]
 
