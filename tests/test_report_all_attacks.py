@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import resource
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -85,3 +86,44 @@ def test_a_folder_left_by_a_full_disk_is_written_again(tmp_path):
     p = run_cli(journal, "report", "--all", "-o", str(out))
     assert p.returncode == 0, p.stderr
     assert index_runs(out / "index.html") == ["r-big000000001", OLD]
+
+
+def test_no_key_in_a_run_id_reaches_a_page_its_name_or_stdout(tmp_path):
+    """A run whose id holds a key: the index, the page (its title among them), the page's file
+    name and the paths printed show it redacted (before: the page's <title> held the key)."""
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        j.create_run(Run(id=f"r-{KEY}", agent="codex", created_ms=OLD_MS, labels={"task": f"use {KEY}"}))
+        chat_run(j, f"r-{KEY}")
+        j.flush()
+    out = tmp_path / "site"
+    p = run_cli(journal, "report", "--all", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert KEY not in p.stdout + p.stderr
+    for f in out.iterdir():
+        assert KEY not in f.name and KEY not in f.read_text(), f.name
+    # one run's page too: named by the hash, not the key
+    p = run_cli(journal, "report", "r-sk-ant", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert KEY not in p.stdout and KEY not in (tmp_path / p.stdout.strip()).read_text()
+    assert not list(tmp_path.glob("r-sk-*"))
+
+
+def test_a_parent_id_no_file_may_bear_is_linked_by_its_hash(tmp_path):
+    """``pvisor report RUN`` of a run whose parent's id is a path (``../x``): the parent's page
+    beside it is named by the id's hash (before: a ValueError traceback, "Invalid name")."""
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        j.create_run(Run(id=OLD, agent="codex", created_ms=OLD_MS))
+        chat_run(j, OLD)
+        j.flush()
+    with sqlite3.connect(journal) as c:
+        c.execute("INSERT INTO runs (id, agent, created_ms) VALUES ('../x', 'codex', ?)", (OLD_MS - 1000,))
+        c.execute("UPDATE runs SET parent_run = '../x' WHERE id = ?", (OLD,))
+    out = tmp_path / "pages"
+    out.mkdir()
+    p = run_cli(journal, "report", OLD, "-o", str(out / "run.html"))
+    assert p.returncode == 0, p.stderr
+    names = sorted(os.listdir(out))
+    assert len(names) == 2 and names[0].startswith("run-") and names[1] == "run.html", names
+    assert not (tmp_path / "x.html").exists()

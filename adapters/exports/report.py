@@ -57,6 +57,7 @@ from pvisor.adapters.exports.report_index import (
     INDEX_NAME,
     index_row,
     is_report_folder,
+    page_name,
     page_names,
     render_index,
 )
@@ -89,8 +90,9 @@ def render(
     ``child_hrefs``: the pages of child runs written beside it, by run id; ``index_href``: the
     folder's index, for a page ``pvisor report --all`` wrote, else None)."""
     links = {"parent_href": parent_href, "child_hrefs": child_hrefs or {}, "index_href": index_href}
-    data = orjson.dumps(shared({**doc, **links})).replace(b"</", b"<\\/").decode()
-    run = doc["run"]
+    shown = shared({**doc, **links})  # the title as the data: a key in a run id redacted in both
+    data = orjson.dumps(shown).replace(b"</", b"<\\/").decode()
+    run = shown["run"]
     title = html.escape(f"pvisor · {run['id']} · {run['agent'] or 'run'}")
     template, style, script = _assets()
     slots = {"TITLE": title, "STYLE": style, "SCRIPT": script, "DATA": data}
@@ -105,7 +107,7 @@ def write_report(
     with_parent: bool = True,
 ) -> list[Path]:
     """Write the page of ``run_id`` to ``output`` and, for a derived run whose parent is in the
-    journal, the parent's page beside it (``<parent>.html``, linked from the first). Returns the
+    journal, the parent's page beside it (:func:`report_index.page_name`, linked from the first). Returns the
     files written. Raises UsageError for an unknown run; OSError as the file system gives it."""
     parsed: dict[str, Any] = {}
     doc = run_document(reader, run_id, body_limit, parsed)
@@ -118,7 +120,7 @@ def write_report(
         except PvisorError:  # a parent that is not in this journal: no link
             parent_doc = None
         if parent_doc is not None:
-            target = output.with_name(f"{parent_doc['run']['id']}.html")
+            target = output.with_name(page_name(parent_doc["run"]["id"]))
             if target != output:
                 # the parent's list of its children links back to the page written here
                 _write(target, render(parent_doc, child_hrefs={doc["run"]["id"]: output.name}))

@@ -13,7 +13,7 @@ from pvisor.adapters.agents import descriptor_names
 from pvisor.adapters.exports import get_format
 from pvisor.adapters.exports.base import JournalSource, Settings
 from pvisor.adapters.exports.report import write_folder
-from pvisor.adapters.exports.report_index import INDEX_NAME, is_report_folder, page_names
+from pvisor.adapters.exports.report_index import INDEX_NAME, is_report_folder, page_name, page_names
 from pvisor.commands.base import Command, PathParam, one_line
 from pvisor.commands.outputs import check_export_path, make_output_parent, refuse_reading
 from pvisor.commands.params import RUN_ID, Size
@@ -144,7 +144,7 @@ def report(
     form = get_format(REPORT)
     with JournalReader(Path(ctx.obj["journal"])) as reader:
         run = reader.run(run_id)  # an unknown run is a usage error before anything is written
-        path = Path(output) if output is not None else Path(f"{run.id}.{form.extension}")
+        path = Path(output) if output is not None else Path(page_name(run.id))
         check_export_path(output if output is not None else str(path), "--output")
         refuse_reading(str(path), "--output", [str(ctx.obj["journal"])])
         make_output_parent(str(path), "--output")
