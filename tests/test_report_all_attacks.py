@@ -9,6 +9,7 @@ the writer refuses what a foreign journal may hold (an empty run id), edited wit
 from __future__ import annotations
 
 import os
+import re
 import resource
 import sqlite3
 import subprocess
@@ -107,6 +108,24 @@ def test_no_key_in_a_run_id_reaches_a_page_its_name_or_stdout(tmp_path):
     assert p.returncode == 0, p.stderr
     assert KEY not in p.stdout and KEY not in (tmp_path / p.stdout.strip()).read_text()
     assert not list(tmp_path.glob("r-sk-*"))
+
+
+def test_a_label_cannot_end_or_escape_the_pages_data(tmp_path):
+    """A label ``<!--<script>`` put the HTML parser in the script's "double escaped" state, in
+    which the data's closing tag does not close it: the page's own script became data and the
+    page stayed blank. The data block now holds no ``<`` at all (``\\u003c``)."""
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        labels = {"note": "<!--<script>", "b": "</script>"}
+        j.create_run(Run(id=OLD, agent="codex", created_ms=OLD_MS, labels=labels))
+        chat_run(j, OLD)
+        j.flush()
+    out = tmp_path / "site"
+    assert run_cli(journal, "report", "--all", "-o", str(out)).returncode == 0
+    page = (out / f"{OLD}.html").read_text()
+    data = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
+    assert data is not None and "<" not in data.group(1)
+    assert "\\u003c!--\\u003cscript>" in data.group(1)
 
 
 def test_a_parent_id_no_file_may_bear_is_linked_by_its_hash(tmp_path):

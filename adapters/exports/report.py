@@ -91,7 +91,10 @@ def render(
     folder's index, for a page ``pvisor report --all`` wrote, else None)."""
     links = {"parent_href": parent_href, "child_hrefs": child_hrefs or {}, "index_href": index_href}
     shown = shared({**doc, **links})  # the title as the data: a key in a run id redacted in both
-    data = orjson.dumps(shown).replace(b"</", b"<\\/").decode()
+    # no "<" in the data block: "</script>" would end it, and "<!--<script>" would put the parser
+    # in the script's double-escaped state, where the closing tag no longer closes it (the page's
+    # own script then read as data, the page blank); in JSON a "<" is only ever inside a string
+    data = orjson.dumps(shown).replace(b"<", b"\\u003c").decode()
     run = shown["run"]
     title = html.escape(f"pvisor · {run['id']} · {run['agent'] or 'run'}")
     template, style, script = _assets()
