@@ -128,6 +128,19 @@ def test_a_label_cannot_end_or_escape_the_pages_data(tmp_path):
     assert "\\u003c!--\\u003cscript>" in data.group(1)
 
 
+def test_a_foreign_run_with_an_empty_id_is_written_with_the_others(tmp_path):
+    """A run whose id is empty (the writer refuses it; a foreign journal may hold it) made the
+    whole --all fail with "an empty run id matches nothing"; it now has its page."""
+    journal = written_journal(tmp_path / "j.sqlite")
+    with sqlite3.connect(journal) as c:
+        c.execute("INSERT INTO runs (id, agent, created_ms) VALUES ('', 'codex', ?)", (OLD_MS + 1000,))
+    out = tmp_path / "site"
+    p = run_cli(journal, "report", "--all", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert index_runs(out / "index.html") == ["", OLD]
+    assert len(list(out.glob("run-*.html"))) == 1
+
+
 def test_a_parent_id_no_file_may_bear_is_linked_by_its_hash(tmp_path):
     """``pvisor report RUN`` of a run whose parent's id is a path (``../x``): the parent's page
     beside it is named by the id's hash (before: a ValueError traceback, "Invalid name")."""
