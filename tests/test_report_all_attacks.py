@@ -159,3 +159,20 @@ def test_a_parent_id_no_file_may_bear_is_linked_by_its_hash(tmp_path):
     names = sorted(os.listdir(out))
     assert len(names) == 2 and names[0].startswith("run-") and names[1] == "run.html", names
     assert not (tmp_path / "x.html").exists()
+
+
+def test_more_bad_input_gets_one_line_and_its_exit_code(tmp_path):
+    journal = written_journal(tmp_path / "j.sqlite")
+    cases = [
+        # a --since whose UTC time is before year 1: a ValueError traceback from the index's line
+        (["--since", "0001-01-01T00:00+01:00"], 2, "Invalid value for '--since'"),
+        # the journal's -wal file (not there until a reader opens the journal): was 74 "File exists"
+        (["-o", f"{journal}-wal"], 2, "which this command reads"),
+        # an empty -o was taken for the current directory
+        (["-o", ""], 2, "an empty path"),
+    ]
+    for args, code, expected in cases:
+        p = run_cli(journal, "report", "--all", *args, cwd=tmp_path)
+        assert p.returncode == code, (args, p.stderr)
+        assert expected in one_line(p), (args, p.stderr)
+    assert not (tmp_path / "pvisor-report").exists() and not Path(f"{journal}-wal").is_dir()

@@ -53,6 +53,10 @@ class Since(click.ParamType):
             )
         if when.tzinfo is None:
             when = when.replace(tzinfo=datetime.timezone.utc)
+        try:  # the index names it in UTC: an offset may push it out of years 1 to 9999
+            when = when.astimezone(datetime.timezone.utc)
+        except OverflowError:
+            self.fail(f"{value!r} is out of range in UTC (years 1 to 9999)", param, ctx)
         return int(when.timestamp() * 1000)
 
 
@@ -201,8 +205,10 @@ def _write_all(
     """``--all``: the folder written (module docstring; docs/report.md "A folder of runs"); the
     files written, or [] when no run is selected (said on stderr, nothing written)."""
     journal = str(ctx.obj["journal"])
+    if output == "":  # Path("") is the current directory
+        raise UsageError("-o '': an empty path; give a DIR for --all")
     folder = Path(output if output is not None else DEFAULT_FOLDER)
-    _check_folder(folder)
+    _check_folder(folder, journal)
     with JournalReader(Path(journal)) as reader:
         runs = reader.runs()
         chosen = _select(runs, since, agent, limit)
@@ -225,15 +231,16 @@ def _write_all(
             raise OutputError(f"cannot write -o {folder}: {one_line(where)}: {exc.strerror or exc}") from None
 
 
-def _check_folder(folder: Path) -> None:
-    """UsageError (exit 2) for an -o of --all that is no folder to write pages into: empty, a
-    file (the journal among them), below a file, or a directory that is not empty and no folder
-    an earlier --all wrote (whose files pvisor would write over without knowing them)."""
+def _check_folder(folder: Path, journal: str) -> None:
+    """UsageError (exit 2) for an -o of --all that is no folder to write pages into: the journal
+    or a file SQLite keeps beside it (its ``-wal``, which opening the journal makes: a directory
+    there would lock every writer out), a file, below a file, or a directory that is not empty
+    and no folder an earlier --all wrote (whose files pvisor would write over without knowing
+    them)."""
     text = str(folder)
-    if text == "":
-        raise UsageError("-o '': an empty path; give a DIR for --all")
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"cannot write -o {text}: it is a file, not a directory (--all writes a folder)")
+    refuse_reading(text, "-o", [journal])
     if folder.is_dir():
         if any(folder.iterdir()) and not is_report_folder(folder):
             raise UsageError(
