@@ -144,7 +144,9 @@ def test_limit_since_and_agent_select_and_a_lineage_outside_is_named_not_linked(
     # the parent is outside the selection: named on the derived run's row, not linked, not written
     assert sorted(os.listdir(tmp_path / "one")) == sorted([f"{derived}.html", "index.html"])
     index = (tmp_path / "one" / "index.html").read_text()
-    assert f'<td class="parent"><span class="out" title="not in this folder">{parent}</span>' in index
+    assert (
+        f'<td class="parent"><span class="out" title="not in this folder"><bdi>{parent}</bdi></span>' in index
+    )
     assert '"parent_href":null' in (tmp_path / "one" / f"{derived}.html").read_text()
     p = report_all(journal, "--since", "2024-01-01", "-o", str(tmp_path / "since"))
     assert index_runs(tmp_path / "since" / "index.html") == [derived, parent], p.stderr

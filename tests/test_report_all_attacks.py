@@ -176,3 +176,19 @@ def test_more_bad_input_gets_one_line_and_its_exit_code(tmp_path):
         assert p.returncode == code, (args, p.stderr)
         assert expected in one_line(p), (args, p.stderr)
     assert not (tmp_path / "pvisor-report").exists() and not Path(f"{journal}-wal").is_dir()
+
+
+def test_a_right_to_left_override_in_an_id_stays_in_its_own_id(tmp_path):
+    """Run ids are isolated (``<bdi>``): an id holding U+202E reverses itself only, not the
+    next child run named in the same cell."""
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        j.create_run(Run(id=OLD, agent="codex", created_ms=OLD_MS))
+        j.create_run(Run(id="r-\u202egnp.exe", agent="codex", created_ms=OLD_MS + 1, parent_run=OLD))
+        j.create_run(Run(id="r-child0000001", agent="codex", created_ms=OLD_MS + 2, parent_run=OLD))
+        j.flush()
+    out = tmp_path / "site"
+    assert run_cli(journal, "report", "--all", "-o", str(out)).returncode == 0
+    index = (out / "index.html").read_text()
+    children = re.search(rf'<tr data-run="{OLD}">.*?<td class="children">(.*?)</td>', index).group(1)
+    assert children.count("<bdi>") == 2 and "<bdi>r-\u202egnp.exe</bdi>" in children, children

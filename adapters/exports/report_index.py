@@ -122,10 +122,12 @@ def _utc(ms: Any) -> str:
 
 
 def _link(run_id: str, href: str | None) -> str:
-    """A run id linked to its page, or named only (its page is not in the folder)."""
+    """A run id linked to its page, or named only (its page is not in the folder); isolated
+    (``<bdi>``): a right-to-left override in one id turns that id only, not the next one named
+    in the same cell."""
     if href:
-        return f'<a href="{_e(href)}">{_e(run_id)}</a>'
-    return f'<span class="out" title="not in this folder">{_e(run_id)}</span>'
+        return f'<a href="{_e(href)}"><bdi>{_e(run_id)}</bdi></a>'
+    return f'<span class="out" title="not in this folder"><bdi>{_e(run_id)}</bdi></span>'
 
 
 def _outcome(row: dict[str, Any]) -> str:
