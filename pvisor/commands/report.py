@@ -148,7 +148,9 @@ def report(
     form = get_format(REPORT)
     with JournalReader(Path(ctx.obj["journal"])) as reader:
         run = reader.run(run_id)  # an unknown run is a usage error before anything is written
-        path = Path(output) if output is not None else Path(page_name(run.id))
+        path = (
+            Path(output) if output is not None else Path(page_name(run.id)).with_suffix(f".{form.extension}")
+        )
         check_export_path(output if output is not None else str(path), "--output")
         refuse_reading(str(path), "--output", [str(ctx.obj["journal"])])
         make_output_parent(str(path), "--output")
