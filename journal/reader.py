@@ -310,12 +310,12 @@ class JournalReader:
     def _row_by_id(self, table: str, what: str, ident: str) -> sqlite3.Row:
         """The row of ``table`` whose id is ``ident``, else the one that starts with it (case
         counts: :data:`PREFIX_MATCH`); UsageError when none or several match, or ``ident`` is
-        empty."""
-        if not ident:
+        empty (and no row's id is: a foreign journal's run of id '' is read by its id)."""
+        rows = self.conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ident,)).fetchall()
+        if not rows and not ident:
             raise UsageError(
                 f"an empty {what} id matches nothing: give a {what} id or a unique prefix of one"
             )
-        rows = self.conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ident,)).fetchall()
         if not rows:
             rows = self.conn.execute(
                 f"SELECT * FROM {table} WHERE {PREFIX_MATCH} LIMIT 3", prefix_args(ident)

@@ -144,7 +144,9 @@ def test_limit_since_and_agent_select_and_a_lineage_outside_is_named_not_linked(
     # the parent is outside the selection: named on the derived run's row, not linked, not written
     assert sorted(os.listdir(tmp_path / "one")) == sorted([f"{derived}.html", "index.html"])
     index = (tmp_path / "one" / "index.html").read_text()
-    assert f'<td class="parent"><span class="out" title="not in this folder">{parent}</span>' in index
+    assert (
+        f'<td class="parent"><span class="out" title="not in this folder"><bdi>{parent}</bdi></span>' in index
+    )
     assert '"parent_href":null' in (tmp_path / "one" / f"{derived}.html").read_text()
     p = report_all(journal, "--since", "2024-01-01", "-o", str(tmp_path / "since"))
     assert index_runs(tmp_path / "since" / "index.html") == [derived, parent], p.stderr
@@ -209,16 +211,9 @@ def test_bad_input_gets_one_line_and_its_exit_code(tmp_path):
         assert expected in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
     assert (foreign / "index.html").read_text() == "someone's page"
-    # a page that cannot be written (a full disk: the page is a link to /dev/full): 74, named
-    assert report_all(journal, "-o", str(ours)).returncode == 0
-    (ours / f"{OLD}.html").unlink()
-    (ours / f"{OLD}.html").symlink_to("/dev/full")
-    p = subprocess.run(
-        [*PVISOR, "--journal", str(journal), "report", "--all", "-o", str(ours)],
-        env=ENV, capture_output=True, text=True,
-    )  # fmt: skip
-    assert p.returncode == 74 and f"{OLD}.html" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    # a page that cannot be written (a full disk): tests/test_report_all_attacks.py
     # -o a folder where a page would be the journal itself: refused before anything is written
+    assert report_all(journal, "-o", str(ours)).returncode == 0
     (ours / f"{OLD}.html").unlink()
     (ours / f"{OLD}.html").symlink_to(journal)
     p = subprocess.run(

@@ -32,7 +32,9 @@ parent, its child runs and the index.
 
 from __future__ import annotations
 
+import contextlib
 import html
+import os
 import re
 from collections import Counter
 from functools import cache
@@ -51,10 +53,17 @@ from pvisor.adapters.exports.base import (
     Written,
 )
 from pvisor.adapters.exports.report_document import DEFAULT_BODY_LIMIT, run_document
-from pvisor.adapters.exports.report_index import INDEX_NAME, index_row, page_names, render_index
+from pvisor.adapters.exports.report_index import (
+    INDEX_NAME,
+    index_row,
+    is_report_folder,
+    page_name,
+    page_names,
+    render_index,
+)
 from pvisor.adapters.exports.shared import shared
 from pvisor.core.errors import PvisorError
-from pvisor.core.outfile import replacing
+from pvisor.core.outfile import create_private, replacing
 from pvisor.journal.reader import JournalReader
 
 #: the page's template, style and script, shipped beside this module (package data)
@@ -81,8 +90,12 @@ def render(
     ``child_hrefs``: the pages of child runs written beside it, by run id; ``index_href``: the
     folder's index, for a page ``pvisor report --all`` wrote, else None)."""
     links = {"parent_href": parent_href, "child_hrefs": child_hrefs or {}, "index_href": index_href}
-    data = orjson.dumps(shared({**doc, **links})).replace(b"</", b"<\\/").decode()
-    run = doc["run"]
+    shown = shared({**doc, **links})  # the title as the data: a key in a run id redacted in both
+    # no "<" in the data block: "</script>" would end it, and "<!--<script>" would put the parser
+    # in the script's double-escaped state, where the closing tag no longer closes it (the page's
+    # own script then read as data, the page blank); in JSON a "<" is only ever inside a string
+    data = orjson.dumps(shown).replace(b"<", b"\\u003c").decode()
+    run = shown["run"]
     title = html.escape(f"pvisor · {run['id']} · {run['agent'] or 'run'}")
     template, style, script = _assets()
     slots = {"TITLE": title, "STYLE": style, "SCRIPT": script, "DATA": data}
@@ -98,8 +111,9 @@ def write_report(
     workspace: bool = True,
 ) -> list[Path]:
     """Write the page of ``run_id`` to ``output`` and, for a derived run whose parent is in the
-    journal, the parent's page beside it (``<parent>.html``, linked from the first); ``workspace``
-    False leaves every page's files changed per step out (``--no-workspace``). Returns the
+    journal, the parent's page beside it (:func:`report_index.page_name`, linked from the first);
+    ``workspace`` False leaves every page's files changed per step out (``--no-workspace``).
+    Returns the
     files written. Raises UsageError for an unknown run; OSError as the file system gives it."""
     parsed: dict[str, Any] = {}
     doc = run_document(reader, run_id, body_limit, parsed, workspace=workspace)
@@ -112,7 +126,7 @@ def write_report(
         except PvisorError:  # a parent that is not in this journal: no link
             parent_doc = None
         if parent_doc is not None:
-            target = output.with_name(f"{parent_doc['run']['id']}.html")
+            target = output.with_name(page_name(parent_doc["run"]["id"]))
             if target != output:
                 # the parent's list of its children links back to the page written here
                 _write(target, render(parent_doc, child_hrefs={doc["run"]["id"]: output.name}))
@@ -137,8 +151,10 @@ def write_folder(
     ``run_ids`` is named on the page, not linked, and not written. Each run is read once: pages
     are written oldest first, and a run's reading is kept until the last of its children that
     compares against it is written. ``selection``: the index's line saying which runs these are;
-    ``workspace`` False leaves the files changed per step out (``--no-workspace``).
-    Raises OSError (``filename`` the page) as the file system gives it."""
+    ``workspace`` False leaves the files changed per step out (``--no-workspace``). A folder no
+    --all wrote yet gets an index of no row first (the folder is then --all's, to write again
+    after a failure or an interruption). Raises OSError (``filename`` the page) as the file
+    system gives it."""
     names = page_names(run_ids)
     selected = set(run_ids)
     runs = {r.id: r for r in reader.runs()}
@@ -151,6 +167,11 @@ def write_folder(
     parsed: dict[str, Any] = {}
     rows: dict[str, dict[str, Any]] = {}
     written = []
+    index = directory / INDEX_NAME
+    if not is_report_folder(directory):
+        # a new folder is marked as --all's before its first page: one a full disk or Ctrl-C
+        # stops half-way is then written again by the same command, not refused as a stranger's
+        _write_named(index, render_index([], f"{selection} · not finished: its pages are being written"))
     for run_id in reversed(run_ids):  # oldest first: a parent's reading is kept for its children
         parent = runs[run_id].parent_run
         parent_href = names[parent] if parent in selected else None
@@ -165,15 +186,27 @@ def write_folder(
                 readers[read] -= 1
                 if readers[read] <= 0:
                     parsed.pop(read, None)
-    index = directory / INDEX_NAME
     _write_named(index, render_index([rows[i] for i in run_ids], selection))
     return [*written, index]
 
 
 def _write_named(path: Path, text: str) -> None:
-    """:func:`_write`, an OSError naming ``path`` (not the temporary file beside it)."""
+    """``text`` into the folder's file ``path``, never through a symbolic link: written to
+    ``PATH.tmp`` (whatever lies there unlinked first, not followed: :func:`create_private`) and
+    renamed over ``path``, which replaces a link, a FIFO or a device of that name, never its
+    target (a link ``RUN.html -> ~/.bashrc`` planted in the folder would have had the page
+    written into ``~/.bashrc``). On any exception the temporary file is removed; an OSError
+    names ``path`` (not the temporary file)."""
+    tmp = f"{path}.tmp"
     try:
-        _write(path, text)
+        try:
+            with create_private(tmp) as out:
+                out.write(text.encode("utf-8"))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
 

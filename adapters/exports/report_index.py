@@ -7,7 +7,7 @@ linked when their pages are in the folder). It holds no script, its content secu
 the run pages' one, and every text in it is escaped (run ids, labels and agent names are the
 journal's, and the journal takes them from whoever ran the agent).
 
-Also the names of the folder's files: :func:`page_names` (``RUN.html`` per run) and
+Also the names of the pages: :func:`page_name` (one run's), :func:`page_names` (the folder's) and
 :func:`is_report_folder` (a folder an earlier ``--all`` wrote, recognised by its index).
 """
 
@@ -37,6 +37,19 @@ _SLOT = re.compile(r"%(TITLE|GENERATOR|SUMMARY|ROWS)%")
 _HEAD_BYTES = 4096
 
 
+def page_name(run_id: str) -> str:
+    """The file name of ``run_id``'s page: ``RUN.html``, or ``run-<sha256 of the id, 16
+    hex>.html`` for an id that is no run id pvisor makes (:func:`~pvisor.journal.model.is_run_id`:
+    an older or foreign journal's, a path such as ``../x``, one holding a key)."""
+    if is_run_id(run_id):
+        return f"{run_id}.html"
+    return _hashed(run_id)
+
+
+def _hashed(run_id: str) -> str:
+    return f"run-{hashlib.sha256(run_id.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}.html"
+
+
 def page_names(run_ids: Iterable[str]) -> dict[str, str]:
     """The file name of each run's page in the folder, by run id: ``RUN.html``; for an id that
     is no run id pvisor makes (:func:`~pvisor.journal.model.is_run_id`: an older or foreign
@@ -45,9 +58,9 @@ def page_names(run_ids: Iterable[str]) -> dict[str, str]:
     names: dict[str, str] = {}
     taken = {INDEX_NAME}
     for run_id in run_ids:
-        name = f"{run_id}.html"
-        if not is_run_id(run_id) or name.casefold() in taken:
-            name = f"run-{hashlib.sha256(run_id.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}.html"
+        name = page_name(run_id)
+        if name.casefold() in taken:
+            name = _hashed(run_id)
         taken.add(name.casefold())
         names[run_id] = name
     return names
@@ -109,10 +122,12 @@ def _utc(ms: Any) -> str:
 
 
 def _link(run_id: str, href: str | None) -> str:
-    """A run id linked to its page, or named only (its page is not in the folder)."""
+    """A run id linked to its page, or named only (its page is not in the folder); isolated
+    (``<bdi>``): a right-to-left override in one id turns that id only, not the next one named
+    in the same cell."""
     if href:
-        return f'<a href="{_e(href)}">{_e(run_id)}</a>'
-    return f'<span class="out" title="not in this folder">{_e(run_id)}</span>'
+        return f'<a href="{_e(href)}"><bdi>{_e(run_id)}</bdi></a>'
+    return f'<span class="out" title="not in this folder"><bdi>{_e(run_id)}</bdi></span>'
 
 
 def _outcome(row: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from pvisor.adapters.agents import descriptor_names
 from pvisor.adapters.exports import get_format
 from pvisor.adapters.exports.base import JournalSource, Settings
 from pvisor.adapters.exports.report import write_folder
-from pvisor.adapters.exports.report_index import INDEX_NAME, is_report_folder, page_names
+from pvisor.adapters.exports.report_index import INDEX_NAME, is_report_folder, page_name, page_names
 from pvisor.commands.base import Command, PathParam, one_line
 from pvisor.commands.outputs import check_export_path, make_output_parent, refuse_reading
 from pvisor.commands.params import RUN_ID, Size
@@ -53,6 +53,10 @@ class Since(click.ParamType):
             )
         if when.tzinfo is None:
             when = when.replace(tzinfo=datetime.timezone.utc)
+        try:  # the index names it in UTC: an offset may push it out of years 1 to 9999
+            when = when.astimezone(datetime.timezone.utc)
+        except OverflowError:
+            self.fail(f"{value!r} is out of range in UTC (years 1 to 9999)", param, ctx)
         return int(when.timestamp() * 1000)
 
 
@@ -152,7 +156,9 @@ def report(
     form = get_format(REPORT)
     with JournalReader(Path(ctx.obj["journal"])) as reader:
         run = reader.run(run_id)  # an unknown run is a usage error before anything is written
-        path = Path(output) if output is not None else Path(f"{run.id}.{form.extension}")
+        path = (
+            Path(output) if output is not None else Path(page_name(run.id)).with_suffix(f".{form.extension}")
+        )
         check_export_path(output if output is not None else str(path), "--output")
         refuse_reading(str(path), "--output", [str(ctx.obj["journal"])])
         make_output_parent(str(path), "--output")
@@ -215,8 +221,10 @@ def _write_all(
     """``--all``: the folder written (module docstring; docs/report.md "A folder of runs"); the
     files written, or [] when no run is selected (said on stderr, nothing written)."""
     journal = str(ctx.obj["journal"])
+    if output == "":  # Path("") is the current directory
+        raise UsageError("-o '': an empty path; give a DIR for --all")
     folder = Path(output if output is not None else DEFAULT_FOLDER)
-    _check_folder(folder)
+    _check_folder(folder, journal)
     with JournalReader(Path(journal)) as reader:
         runs = reader.runs()
         chosen = _select(runs, since, agent, limit)
@@ -239,15 +247,16 @@ def _write_all(
             raise OutputError(f"cannot write -o {folder}: {one_line(where)}: {exc.strerror or exc}") from None
 
 
-def _check_folder(folder: Path) -> None:
-    """UsageError (exit 2) for an -o of --all that is no folder to write pages into: empty, a
-    file (the journal among them), below a file, or a directory that is not empty and no folder
-    an earlier --all wrote (whose files pvisor would write over without knowing them)."""
+def _check_folder(folder: Path, journal: str) -> None:
+    """UsageError (exit 2) for an -o of --all that is no folder to write pages into: the journal
+    or a file SQLite keeps beside it (its ``-wal``, which opening the journal makes: a directory
+    there would lock every writer out), a file, below a file, or a directory that is not empty
+    and no folder an earlier --all wrote (whose files pvisor would write over without knowing
+    them)."""
     text = str(folder)
-    if text == "":
-        raise UsageError("-o '': an empty path; give a DIR for --all")
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"cannot write -o {text}: it is a file, not a directory (--all writes a folder)")
+    refuse_reading(text, "-o", [journal])
     if folder.is_dir():
         if any(folder.iterdir()) and not is_report_folder(folder):
             raise UsageError(
