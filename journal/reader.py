@@ -351,6 +351,15 @@ class JournalReader:
         """All runs, oldest first."""
         return [self._run(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY created_ms, rowid")]
 
+    def child_runs(self, run_id: str) -> list[Run]:
+        """The runs whose ``parent_run`` is ``run_id`` (the exact id), oldest first: a run's
+        replays, continuations and handoffs (one query: a page of each of a thousand runs read
+        the whole table a thousand times)."""
+        rows = self.conn.execute(
+            "SELECT * FROM runs WHERE parent_run = ? ORDER BY created_ms, rowid", (run_id,)
+        )
+        return [self._run(r) for r in rows]
+
     def run(self, run_id: str) -> Run:
         """The run ``run_id`` (or a unique prefix of it). Raises UsageError when none or several match."""
         return self._run(self._row_by_id("runs", "run", run_id))

@@ -248,7 +248,7 @@ def run_document(
             for a in attempts
         ],
         "exchanges": rows,
-        # the runs derived from it or handed off from it (one read of the runs table)
+        # the runs derived from it or handed off from it
         "children": [
             {
                 "id": c.id,
@@ -257,8 +257,7 @@ def run_document(
                 "boundary_step": c.boundary_step,
                 "pause_transition": c.pause_transition,
             }
-            for c in reader.runs()
-            if c.parent_run == run.id
+            for c in reader.child_runs(run.id)
         ],
         "comparison": [],
         "outcome": run_outcome(reader, run, attempts),
