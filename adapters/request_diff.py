@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -419,13 +420,12 @@ def diff_requests(
     if first is None:
         return RequestDiff(DiffVerdict.SAME, None, len(a), len(b))
     out = RequestDiff(DiffVerdict.DIFFERS, first, len(a), len(b))
-    try:
-        ja, jb = orjson.loads(a), orjson.loads(b)
-    except orjson.JSONDecodeError:
-        which = "A" if not _is_json(a) else "B"
-        out.note = f"body {which} is not JSON: compared as bytes only"
+    read = read_pair(a, b)
+    if isinstance(read, str):
+        out.note = read
         return out
-    if ja == jb:
+    ja, jb, same = read
+    if same:
         out.verdict = DiffVerdict.BYTES_ONLY
     if protocol is None:
         if out.verdict is DiffVerdict.DIFFERS:
@@ -460,12 +460,28 @@ def _json_structure(ja: Any, jb: Any) -> Structure:
     return Structure("body", None, None, "body", exp, got, "the JSON differs")
 
 
-def _is_json(body: bytes) -> bool:
-    try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return False
-    return True
+def read_pair(a: bytes, b: bytes) -> tuple[Any, Any, bool] | str:
+    """Bodies ``a`` and ``b`` read as JSON: (A's value, B's value, whether they are the same
+    JSON), or the note saying why they are compared as bytes only (a body that is not JSON).
+    The same JSON is equal canonical bytes (sorted keys), never Python's ``==``, which takes
+    ``true`` for ``1`` and ``1.0`` for ``1``: other prompts as the provider renders them;
+    confirmed by the standard library's reading, which keeps an integer past 64 bits exact
+    where orjson reads a float (two such integers would compare equal)."""
+    values = []
+    for which, body in (("A", a), ("B", b)):
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return f"body {which} is not JSON: compared as bytes only"
+        values.append((value, orjson.dumps(value, option=orjson.OPT_SORT_KEYS)))
+    (ja, ka), (jb, kb) = values
+    return ja, jb, ka == kb and _exact(a) == _exact(b)
+
+
+def _exact(body: bytes) -> str:
+    """``body``'s canonical JSON text by the standard library: integers exact, floats as
+    floats (``1.0`` and ``1.00`` alike), sorted keys."""
+    return json.dumps(json.loads(body), sort_keys=True)
 
 
 # --------------------------------------------------------------------------- runs
@@ -573,11 +589,9 @@ def bytes_diff(a: bytes, b: bytes) -> RequestDiff:
     first = _first_differing_byte(a, b)
     out = RequestDiff(DiffVerdict.SAME if first is None else DiffVerdict.DIFFERS, first, len(a), len(b))
     if first is not None:
-        try:
-            if orjson.loads(a) == orjson.loads(b):
-                out.verdict = DiffVerdict.BYTES_ONLY
-        except orjson.JSONDecodeError:
-            pass
+        read = read_pair(a, b)
+        if not isinstance(read, str) and read[2]:
+            out.verdict = DiffVerdict.BYTES_ONLY
         out.note = "not detailed: verdict and bytes only"
     return out
 

@@ -1,0 +1,43 @@
+"""``pvisor diff`` against hostile and odd pairs (docs/diff.md): JSON values that compare equal
+in Python but are other prompts (``true`` and ``1``, ``1.0`` and ``1``, integers past 64 bits),
+bodies nested past what the JSON library writes (one line and an exit code, never a
+traceback), a key-shaped token in a body (never in expected/got, also when the difference lies
+inside the key), and an exchange with no request body. Journals written by the real writer,
+read through the real CLI where the CLI is what is claimed."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+from test_diff import anthropic_body, cli, conversation, write_pair
+
+from pvisor.adapters.request_diff import bytes_diff, diff_requests
+
+
+def _tool_input(value) -> bytes:
+    msgs = conversation(2)
+    msgs[1]["content"][1]["input"] = {"count": value}
+    return orjson.dumps(anthropic_body(msgs))
+
+
+def test_true_against_1_and_1_0_against_1_are_other_prompts(tmp_path):
+    """Python's ``True == 1 == 1.0`` made these pairs ``bytes_only`` (exit 0: "the prompt is
+    unchanged") while the structure named the changed tool call: the provider renders each as
+    it is written."""
+    j = tmp_path / "j.sqlite"
+    for a, b in ((1, True), (1, 1.0), (0, False)):
+        xa, xb = write_pair(j, _tool_input(a), _tool_input(b))
+        p = cli(j, xa, xb, "--json")
+        assert p.returncode == 1, (a, b, p.stdout, p.stderr)
+        doc = json.loads(p.stdout)
+        assert doc["verdict"] == "differs" and doc["structure"]["field"] == "tool_call", (a, b)
+    # integers past 64 bits: the JSON library reads both as one float
+    big_a = b'{"model":"m","max_tokens":1,"messages":[],"metadata":{"n":123456789012345678901234567890}}'
+    big_b = big_a.replace(b"890}", b"891}")
+    assert diff_requests(big_a, big_b, "anthropic").verdict.value == "differs"
+    assert bytes_diff(big_a, big_b).verdict.value == "differs"
+    assert bytes_diff(_tool_input(1), _tool_input(True)).verdict.value == "differs"
+    # still bytes_only: key order, whitespace, escapes, 1.0 written 1.00
+    spaced = json.dumps(json.loads(_tool_input(1.0)), indent=1).replace("1.0", "1.00").encode()
+    assert diff_requests(_tool_input(1.0), spaced, "anthropic").verdict.value == "bytes_only"
