@@ -54,6 +54,9 @@ from pvisor.journal.model import Conversation, Exchange
 BYTES_PER_TOKEN = 4
 #: characters of expected/got shown
 SHOWN = 120
+#: the deepest nesting a body is read to (orjson writes no deeper): a deeper body is compared
+#: as bytes only
+MAX_DEPTH = 255
 
 
 class DiffVerdict(str, enum.Enum):
@@ -462,18 +465,23 @@ def _json_structure(ja: Any, jb: Any) -> Structure:
 
 def read_pair(a: bytes, b: bytes) -> tuple[Any, Any, bool] | str:
     """Bodies ``a`` and ``b`` read as JSON: (A's value, B's value, whether they are the same
-    JSON), or the note saying why they are compared as bytes only (a body that is not JSON).
+    JSON), or the note saying why they are compared as bytes only (a body that is not JSON, or
+    that nests deeper than :data:`MAX_DEPTH` levels: the blocks' keys are written by orjson,
+    which writes no deeper, and the comparisons recurse).
     The same JSON is equal canonical bytes (sorted keys), never Python's ``==``, which takes
     ``true`` for ``1`` and ``1.0`` for ``1``: other prompts as the provider renders them;
     confirmed by the standard library's reading, which keeps an integer past 64 bits exact
     where orjson reads a float (two such integers would compare equal)."""
     values = []
     for which, body in (("A", a), ("B", b)):
+        deep = f"body {which} nests deeper than {MAX_DEPTH} levels: compared as bytes only"
         try:
             value = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return f"body {which} is not JSON: compared as bytes only"
-        values.append((value, orjson.dumps(value, option=orjson.OPT_SORT_KEYS)))
+            values.append((value, orjson.dumps(value, option=orjson.OPT_SORT_KEYS)))
+        except orjson.JSONDecodeError as exc:  # orjson reads 1,024 levels
+            return deep if "depth limit" in str(exc) else f"body {which} is not JSON: compared as bytes only"
+        except orjson.JSONEncodeError:  # orjson writes 255 levels: "Recursion limit reached"
+            return deep
     (ja, ka), (jb, kb) = values
     return ja, jb, ka == kb and _exact(a) == _exact(b)
 

@@ -41,3 +41,26 @@ def test_true_against_1_and_1_0_against_1_are_other_prompts(tmp_path):
     # still bytes_only: key order, whitespace, escapes, 1.0 written 1.00
     spaced = json.dumps(json.loads(_tool_input(1.0)), indent=1).replace("1.0", "1.00").encode()
     assert diff_requests(_tool_input(1.0), spaced, "anthropic").verdict.value == "bytes_only"
+
+
+def _nested(depth: int, leaf: bytes) -> bytes:
+    inner = b'{"a":' * depth + leaf + b"}" * depth
+    return (
+        b'{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result",'
+        b'"tool_use_id":"t","content":[{"type":"text","text":"x","meta":' + inner + b"}]}]}]}"
+    )
+
+
+def test_a_deeply_nested_body_is_one_line_never_a_traceback(tmp_path):
+    """A block nested 300 or 1,000 levels deep (the JSON library reads up to 1,024 and writes up
+    to 255): a TypeError or a RecursionError traceback, exit 1 as if the prompts differed."""
+    j = tmp_path / "j.sqlite"
+    for depth in (300, 1000, 5000):
+        xa, xb = write_pair(j, _nested(depth, b"1"), _nested(depth, b"2"))
+        p = cli(j, xa, xb)
+        assert p.returncode == 1 and "Traceback" not in p.stderr, (depth, p.stderr[-500:])
+        lines = p.stdout.splitlines()
+        assert lines[0].startswith("differs: bodies part at byte "), (depth, p.stdout)
+        assert lines[1] == "note: body A nests deeper than 255 levels: compared as bytes only", depth
+        # the report's section: the verdict of a long run's later steps
+        assert bytes_diff(_nested(depth, b"1"), _nested(depth, b"2")).verdict.value == "differs"
