@@ -49,6 +49,7 @@ from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo, TokenUsage
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Conversation, Exchange
+from pvisor.journal.redact import redact_document
 
 #: bytes per token of the estimate (the scripted model counts a quarter of a body's bytes)
 BYTES_PER_TOKEN = 4
@@ -302,19 +303,28 @@ def _structure(a: list[Block], b: list[Block], d: int) -> Structure:
         reason = f"A's {x.path} ({x.field}) is B's {y.path} ({y.field})"
     else:
         reason = f"the {y.field.replace('_', ' ')} differs"
-    expected, got = first_difference(x.value, y.value, n=SHOWN)
+    expected, got = _difference(x.value, y.value)
     return Structure(y.path, y.message, y.part, y.field, expected, got, reason)
 
 
+def _difference(expected: Any, got: Any, where: str = "") -> tuple[str, str]:
+    """Expected (A) and got (B) as :func:`~pvisor.adapters.matcher.first_difference` shows
+    them, each key-shaped token of either replaced by ``REDACTED`` first
+    (:func:`~pvisor.journal.redact.redact_document`, as the report redacts): a body keeps what
+    the user pasted, and a view that starts a few characters before the first difference
+    would cut a key's prefix off, the shape every redaction finds keys by."""
+    return first_difference(redact_document(expected), redact_document(got), where, SHOWN)
+
+
 def _shown(value: Any) -> str:
-    return first_difference(value, None, n=SHOWN)[0]
+    return _difference(value, None)[0]
 
 
 def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
     pa, pb = dict(ca.params, stream=ca.stream), dict(cb.params, stream=cb.stream)
     for name in [*pa, *(k for k in pb if k not in pa)]:
         if pa.get(name, _ABSENT) != pb.get(name, _ABSENT):
-            exp, got = first_difference(pa.get(name, _ABSENT), pb.get(name, _ABSENT), name, SHOWN)
+            exp, got = _difference(pa.get(name, _ABSENT), pb.get(name, _ABSENT), name)
             return Structure(
                 f"params.{name}",
                 None,
@@ -459,7 +469,7 @@ def diff_requests(
 
 
 def _json_structure(ja: Any, jb: Any) -> Structure:
-    exp, got = first_difference(ja, jb, n=SHOWN)
+    exp, got = _difference(ja, jb)
     return Structure("body", None, None, "body", exp, got, "the JSON differs")
 
 

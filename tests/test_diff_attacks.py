@@ -64,3 +64,27 @@ def test_a_deeply_nested_body_is_one_line_never_a_traceback(tmp_path):
         assert lines[1] == "note: body A nests deeper than 255 levels: compared as bytes only", depth
         # the report's section: the verdict of a long run's later steps
         assert bytes_diff(_nested(depth, b"1"), _nested(depth, b"2")).verdict.value == "differs"
+
+
+def test_a_key_shaped_token_never_reaches_expected_or_got(tmp_path):
+    """Expected/got start a few characters before the first difference: a difference inside a
+    pasted key showed its tail without the ``sk-ant-`` prefix the redaction finds keys by (in
+    the text, the JSON and the report's section, which redacts only whole keys)."""
+    key = "sk-ant-api03-" + "Q" * 40 + "XYZW"
+    j = tmp_path / "j.sqlite"
+
+    def body(text: str) -> bytes:
+        return orjson.dumps(anthropic_body([{"role": "user", "content": f"my key is {text} ok"}]))
+
+    pairs = [(key, key[:-1] + "V"), (key, key + " and more"), ("no key", key)]
+    for a, b in pairs:
+        xa, xb = write_pair(j, body(a), body(b))
+        for args in ((xa, xb), (xa, xb, "--json")):
+            p = cli(j, *args)
+            assert p.returncode == 1, p.stderr
+            assert "QQQQQQ" not in p.stdout and "XYZ" not in p.stdout, (a, b, p.stdout)
+    # a parameter and a body compared as JSON only are shown redacted too
+    found = diff_requests(
+        orjson.dumps({"model": "m", "metadata": {"user_id": key}}), orjson.dumps({"model": "m"}), None
+    )
+    assert "QQQQQQ" not in orjson.dumps(found.to_json()).decode()
