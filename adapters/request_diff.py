@@ -49,7 +49,7 @@ from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo, TokenUsage
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Conversation, Exchange
-from pvisor.journal.redact import redact_document
+from pvisor.journal.redact import redact_document, redact_path
 
 #: bytes per token of the estimate (the scripted model counts a quarter of a body's bytes)
 BYTES_PER_TOKEN = 4
@@ -599,7 +599,23 @@ def diff_exchanges(
         return bytes_diff(body_a, body_b)
     protocol = a.protocol if a.protocol == b.protocol else None
     usage = response_usage(rb, b) if body_a != body_b else None
-    return diff_requests(body_a, body_b, protocol, usage, path_a=a.path, path_b=b.path, readings=readings)
+    out = diff_requests(body_a, body_b, protocol, usage, path_a=a.path, path_b=b.path, readings=readings)
+    if out.verdict is DiffVerdict.DIFFERS:
+        out.note = _body_note("A", a, body_a) or _body_note("B", b, body_b) or out.note
+    return out
+
+
+def _body_note(which: str, ex: Exchange, body: bytes) -> str | None:
+    """Why ``ex``'s stored body is no request to read, where the journal says: none sent (a
+    GET), or one that did not decode from its ``Content-Encoding`` (stored as received)."""
+    if not body:
+        return f"{which} ({ex.method} {redact_path(ex.path)}) has no request body"
+    if ex.outcome == "decode_error":
+        return (
+            f"{which}'s body did not decode from its Content-Encoding ({ex.request_encoding}): "
+            "its stored bytes are compared"
+        )
+    return None
 
 
 def bytes_diff(a: bytes, b: bytes) -> RequestDiff:

@@ -13,6 +13,8 @@ import orjson
 from test_diff import anthropic_body, cli, conversation, write_pair
 
 from pvisor.adapters.request_diff import bytes_diff, diff_requests
+from pvisor.journal.model import Run
+from pvisor.journal.writer import Journal
 
 
 def _tool_input(value) -> bytes:
@@ -88,3 +90,26 @@ def test_a_key_shaped_token_never_reaches_expected_or_got(tmp_path):
         orjson.dumps({"model": "m", "metadata": {"user_id": key}}), orjson.dumps({"model": "m"}), None
     )
     assert "QQQQQQ" not in orjson.dumps(found.to_json()).decode()
+
+
+def test_an_exchange_with_no_request_body_is_named_so(tmp_path):
+    """A GET (no body) against a POST, and a body that did not decode from its gzip coding (the
+    journal keeps the bytes as received), were each "body A is not JSON"."""
+    j = tmp_path / "j.sqlite"
+    _, xb = write_pair(j, orjson.dumps(anthropic_body(conversation(1))), b"{}")
+    with Journal.open(j) as w:
+        w.create_run(Run(id="r-get", agent="claude-code"))
+        g = w.record_exchange("r-get", "GET", "/v1/models", [], protocol="anthropic", status=200)
+        bad = w.record_exchange(
+            "r-get", "POST", "/v1/messages", [], protocol="anthropic", status=200,
+            request_body=b"\x1f\x8b not gzip", request_encoding="gzip",
+        )  # fmt: skip
+        w.flush()
+    p = cli(j, g, xb)
+    assert p.returncode == 1, p.stderr
+    assert p.stdout.splitlines()[1] == "note: A (GET /v1/models) has no request body", p.stdout
+    p = cli(j, xb, bad)
+    assert p.returncode == 1, p.stderr
+    assert p.stdout.splitlines()[1] == (
+        "note: B's body did not decode from its Content-Encoding (gzip): its stored bytes are compared"
+    ), p.stdout
