@@ -458,6 +458,8 @@ def diff_requests(
     ba, bb = prompt_blocks(ca, marker, ra.seen), prompt_blocks(cb, marker, rb.seen)
     d = next((i for i, (x, y) in enumerate(zip(ba, bb)) if x.key != y.key), min(len(ba), len(bb)))
     if d < max(len(ba), len(bb)):
+        # the prompt differs though the bodies may not: Gemini names the model in the path
+        out.verdict = DiffVerdict.DIFFERS
         out.structure = _structure(ba, bb, d)
         out.extends = d == len(ba)
         out.cache = _cache(mod, ba, bb, d, usage_b)

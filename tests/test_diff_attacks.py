@@ -113,3 +113,30 @@ def test_an_exchange_with_no_request_body_is_named_so(tmp_path):
     assert p.stdout.splitlines()[1] == (
         "note: B's body did not decode from its Content-Encoding (gzip): its stored bytes are compared"
     ), p.stdout
+
+
+def test_a_gemini_model_named_in_the_path_differs_though_the_bodies_are_the_same_json(tmp_path):
+    """Gemini names the model in the path: the same body to another model was ``bytes_only``
+    (exit 0, "the prompt is unchanged") beside "model: the model differs" and no cache."""
+    j = tmp_path / "j.sqlite"
+    body = orjson.dumps({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    with Journal.open(j) as w:
+        ids = []
+        for n, (model, data) in enumerate((("gemini-a", body), ("gemini-b", body + b" "))):
+            w.create_run(Run(id=f"r-g{n}", agent="gemini-cli"))
+            ids.append(
+                w.record_exchange(
+                    f"r-g{n}",
+                    "POST",
+                    f"/v1beta/models/{model}:generateContent",
+                    [],
+                    protocol="gemini",
+                    status=200,
+                    request_body=data,
+                )  # fmt: skip
+            )
+        w.flush()
+    p = cli(j, *ids, "--json")
+    assert p.returncode == 1, p.stdout
+    doc = json.loads(p.stdout)
+    assert doc["verdict"] == "differs" and doc["structure"]["path"] == "model"
