@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -48,11 +49,15 @@ from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo, TokenUsage
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Conversation, Exchange
+from pvisor.journal.redact import redact_document, redact_path
 
 #: bytes per token of the estimate (the scripted model counts a quarter of a body's bytes)
 BYTES_PER_TOKEN = 4
 #: characters of expected/got shown
 SHOWN = 120
+#: the deepest nesting a body is read to (orjson writes no deeper): a deeper body is compared
+#: as bytes only
+MAX_DEPTH = 255
 
 
 class DiffVerdict(str, enum.Enum):
@@ -298,19 +303,28 @@ def _structure(a: list[Block], b: list[Block], d: int) -> Structure:
         reason = f"A's {x.path} ({x.field}) is B's {y.path} ({y.field})"
     else:
         reason = f"the {y.field.replace('_', ' ')} differs"
-    expected, got = first_difference(x.value, y.value, n=SHOWN)
+    expected, got = _difference(x.value, y.value)
     return Structure(y.path, y.message, y.part, y.field, expected, got, reason)
 
 
+def _difference(expected: Any, got: Any, where: str = "") -> tuple[str, str]:
+    """Expected (A) and got (B) as :func:`~pvisor.adapters.matcher.first_difference` shows
+    them, each key-shaped token of either replaced by ``REDACTED`` first
+    (:func:`~pvisor.journal.redact.redact_document`, as the report redacts): a body keeps what
+    the user pasted, and a view that starts a few characters before the first difference
+    would cut a key's prefix off, the shape every redaction finds keys by."""
+    return first_difference(redact_document(expected), redact_document(got), where, SHOWN)
+
+
 def _shown(value: Any) -> str:
-    return first_difference(value, None, n=SHOWN)[0]
+    return _difference(value, None)[0]
 
 
 def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
     pa, pb = dict(ca.params, stream=ca.stream), dict(cb.params, stream=cb.stream)
     for name in [*pa, *(k for k in pb if k not in pa)]:
         if pa.get(name, _ABSENT) != pb.get(name, _ABSENT):
-            exp, got = first_difference(pa.get(name, _ABSENT), pb.get(name, _ABSENT), name, SHOWN)
+            exp, got = _difference(pa.get(name, _ABSENT), pb.get(name, _ABSENT), name)
             return Structure(
                 f"params.{name}",
                 None,
@@ -419,13 +433,12 @@ def diff_requests(
     if first is None:
         return RequestDiff(DiffVerdict.SAME, None, len(a), len(b))
     out = RequestDiff(DiffVerdict.DIFFERS, first, len(a), len(b))
-    try:
-        ja, jb = orjson.loads(a), orjson.loads(b)
-    except orjson.JSONDecodeError:
-        which = "A" if not _is_json(a) else "B"
-        out.note = f"body {which} is not JSON: compared as bytes only"
+    read = read_pair(a, b)
+    if isinstance(read, str):
+        out.note = read
         return out
-    if ja == jb:
+    ja, jb, same = read
+    if same:
         out.verdict = DiffVerdict.BYTES_ONLY
     if protocol is None:
         if out.verdict is DiffVerdict.DIFFERS:
@@ -445,6 +458,8 @@ def diff_requests(
     ba, bb = prompt_blocks(ca, marker, ra.seen), prompt_blocks(cb, marker, rb.seen)
     d = next((i for i, (x, y) in enumerate(zip(ba, bb)) if x.key != y.key), min(len(ba), len(bb)))
     if d < max(len(ba), len(bb)):
+        # the prompt differs though the bodies may not: Gemini names the model in the path
+        out.verdict = DiffVerdict.DIFFERS
         out.structure = _structure(ba, bb, d)
         out.extends = d == len(ba)
         out.cache = _cache(mod, ba, bb, d, usage_b)
@@ -456,16 +471,37 @@ def diff_requests(
 
 
 def _json_structure(ja: Any, jb: Any) -> Structure:
-    exp, got = first_difference(ja, jb, n=SHOWN)
+    exp, got = _difference(ja, jb)
     return Structure("body", None, None, "body", exp, got, "the JSON differs")
 
 
-def _is_json(body: bytes) -> bool:
-    try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return False
-    return True
+def read_pair(a: bytes, b: bytes) -> tuple[Any, Any, bool] | str:
+    """Bodies ``a`` and ``b`` read as JSON: (A's value, B's value, whether they are the same
+    JSON), or the note saying why they are compared as bytes only (a body that is not JSON, or
+    that nests deeper than :data:`MAX_DEPTH` levels: the blocks' keys are written by orjson,
+    which writes no deeper, and the comparisons recurse).
+    The same JSON is equal canonical bytes (sorted keys), never Python's ``==``, which takes
+    ``true`` for ``1`` and ``1.0`` for ``1``: other prompts as the provider renders them;
+    confirmed by the standard library's reading, which keeps an integer past 64 bits exact
+    where orjson reads a float (two such integers would compare equal)."""
+    values = []
+    for which, body in (("A", a), ("B", b)):
+        deep = f"body {which} nests deeper than {MAX_DEPTH} levels: compared as bytes only"
+        try:
+            value = orjson.loads(body)
+            values.append((value, orjson.dumps(value, option=orjson.OPT_SORT_KEYS)))
+        except orjson.JSONDecodeError as exc:  # orjson reads 1,024 levels
+            return deep if "depth limit" in str(exc) else f"body {which} is not JSON: compared as bytes only"
+        except orjson.JSONEncodeError:  # orjson writes 255 levels: "Recursion limit reached"
+            return deep
+    (ja, ka), (jb, kb) = values
+    return ja, jb, ka == kb and _exact(a) == _exact(b)
+
+
+def _exact(body: bytes) -> str:
+    """``body``'s canonical JSON text by the standard library: integers exact, floats as
+    floats (``1.0`` and ``1.00`` alike), sorted keys."""
+    return json.dumps(json.loads(body), sort_keys=True)
 
 
 # --------------------------------------------------------------------------- runs
@@ -565,7 +601,23 @@ def diff_exchanges(
         return bytes_diff(body_a, body_b)
     protocol = a.protocol if a.protocol == b.protocol else None
     usage = response_usage(rb, b) if body_a != body_b else None
-    return diff_requests(body_a, body_b, protocol, usage, path_a=a.path, path_b=b.path, readings=readings)
+    out = diff_requests(body_a, body_b, protocol, usage, path_a=a.path, path_b=b.path, readings=readings)
+    if out.verdict is DiffVerdict.DIFFERS:
+        out.note = _body_note("A", a, body_a) or _body_note("B", b, body_b) or out.note
+    return out
+
+
+def _body_note(which: str, ex: Exchange, body: bytes) -> str | None:
+    """Why ``ex``'s stored body is no request to read, where the journal says: none sent (a
+    GET), or one that did not decode from its ``Content-Encoding`` (stored as received)."""
+    if not body:
+        return f"{which} ({ex.method} {redact_path(ex.path)}) has no request body"
+    if ex.outcome == "decode_error":
+        return (
+            f"{which}'s body did not decode from its Content-Encoding ({ex.request_encoding}): "
+            "its stored bytes are compared"
+        )
+    return None
 
 
 def bytes_diff(a: bytes, b: bytes) -> RequestDiff:
@@ -573,11 +625,9 @@ def bytes_diff(a: bytes, b: bytes) -> RequestDiff:
     first = _first_differing_byte(a, b)
     out = RequestDiff(DiffVerdict.SAME if first is None else DiffVerdict.DIFFERS, first, len(a), len(b))
     if first is not None:
-        try:
-            if orjson.loads(a) == orjson.loads(b):
-                out.verdict = DiffVerdict.BYTES_ONLY
-        except orjson.JSONDecodeError:
-            pass
+        read = read_pair(a, b)
+        if not isinstance(read, str) and read[2]:
+            out.verdict = DiffVerdict.BYTES_ONLY
         out.note = "not detailed: verdict and bytes only"
     return out
 

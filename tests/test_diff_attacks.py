@@ -1,0 +1,142 @@
+"""``pvisor diff`` against hostile and odd pairs (docs/diff.md): JSON values that compare equal
+in Python but are other prompts (``true`` and ``1``, ``1.0`` and ``1``, integers past 64 bits),
+bodies nested past what the JSON library writes (one line and an exit code, never a
+traceback), a key-shaped token in a body (never in expected/got, also when the difference lies
+inside the key), and an exchange with no request body. Journals written by the real writer,
+read through the real CLI where the CLI is what is claimed."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+from test_diff import anthropic_body, cli, conversation, write_pair
+
+from pvisor.adapters.request_diff import bytes_diff, diff_requests
+from pvisor.journal.model import Run
+from pvisor.journal.writer import Journal
+
+
+def _tool_input(value) -> bytes:
+    msgs = conversation(2)
+    msgs[1]["content"][1]["input"] = {"count": value}
+    return orjson.dumps(anthropic_body(msgs))
+
+
+def test_true_against_1_and_1_0_against_1_are_other_prompts(tmp_path):
+    """Python's ``True == 1 == 1.0`` made these pairs ``bytes_only`` (exit 0: "the prompt is
+    unchanged") while the structure named the changed tool call: the provider renders each as
+    it is written."""
+    j = tmp_path / "j.sqlite"
+    for a, b in ((1, True), (1, 1.0), (0, False)):
+        xa, xb = write_pair(j, _tool_input(a), _tool_input(b))
+        p = cli(j, xa, xb, "--json")
+        assert p.returncode == 1, (a, b, p.stdout, p.stderr)
+        doc = json.loads(p.stdout)
+        assert doc["verdict"] == "differs" and doc["structure"]["field"] == "tool_call", (a, b)
+    # integers past 64 bits: the JSON library reads both as one float
+    big_a = b'{"model":"m","max_tokens":1,"messages":[],"metadata":{"n":123456789012345678901234567890}}'
+    big_b = big_a.replace(b"890}", b"891}")
+    assert diff_requests(big_a, big_b, "anthropic").verdict.value == "differs"
+    assert bytes_diff(big_a, big_b).verdict.value == "differs"
+    assert bytes_diff(_tool_input(1), _tool_input(True)).verdict.value == "differs"
+    # still bytes_only: key order, whitespace, escapes, 1.0 written 1.00
+    spaced = json.dumps(json.loads(_tool_input(1.0)), indent=1).replace("1.0", "1.00").encode()
+    assert diff_requests(_tool_input(1.0), spaced, "anthropic").verdict.value == "bytes_only"
+
+
+def _nested(depth: int, leaf: bytes) -> bytes:
+    inner = b'{"a":' * depth + leaf + b"}" * depth
+    return (
+        b'{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result",'
+        b'"tool_use_id":"t","content":[{"type":"text","text":"x","meta":' + inner + b"}]}]}]}"
+    )
+
+
+def test_a_deeply_nested_body_is_one_line_never_a_traceback(tmp_path):
+    """A block nested 300 or 1,000 levels deep (the JSON library reads up to 1,024 and writes up
+    to 255): a TypeError or a RecursionError traceback, exit 1 as if the prompts differed."""
+    j = tmp_path / "j.sqlite"
+    for depth in (300, 1000, 5000):
+        xa, xb = write_pair(j, _nested(depth, b"1"), _nested(depth, b"2"))
+        p = cli(j, xa, xb)
+        assert p.returncode == 1 and "Traceback" not in p.stderr, (depth, p.stderr[-500:])
+        lines = p.stdout.splitlines()
+        assert lines[0].startswith("differs: bodies part at byte "), (depth, p.stdout)
+        assert lines[1] == "note: body A nests deeper than 255 levels: compared as bytes only", depth
+        # the report's section: the verdict of a long run's later steps
+        assert bytes_diff(_nested(depth, b"1"), _nested(depth, b"2")).verdict.value == "differs"
+
+
+def test_a_key_shaped_token_never_reaches_expected_or_got(tmp_path):
+    """Expected/got start a few characters before the first difference: a difference inside a
+    pasted key showed its tail without the ``sk-ant-`` prefix the redaction finds keys by (in
+    the text, the JSON and the report's section, which redacts only whole keys)."""
+    key = "sk-ant-api03-" + "Q" * 40 + "XYZW"
+    j = tmp_path / "j.sqlite"
+
+    def body(text: str) -> bytes:
+        return orjson.dumps(anthropic_body([{"role": "user", "content": f"my key is {text} ok"}]))
+
+    pairs = [(key, key[:-1] + "V"), (key, key + " and more"), ("no key", key)]
+    for a, b in pairs:
+        xa, xb = write_pair(j, body(a), body(b))
+        for args in ((xa, xb), (xa, xb, "--json")):
+            p = cli(j, *args)
+            assert p.returncode == 1, p.stderr
+            assert "QQQQQQ" not in p.stdout and "XYZ" not in p.stdout, (a, b, p.stdout)
+    # a parameter and a body compared as JSON only are shown redacted too
+    found = diff_requests(
+        orjson.dumps({"model": "m", "metadata": {"user_id": key}}), orjson.dumps({"model": "m"}), None
+    )
+    assert "QQQQQQ" not in orjson.dumps(found.to_json()).decode()
+
+
+def test_an_exchange_with_no_request_body_is_named_so(tmp_path):
+    """A GET (no body) against a POST, and a body that did not decode from its gzip coding (the
+    journal keeps the bytes as received), were each "body A is not JSON"."""
+    j = tmp_path / "j.sqlite"
+    _, xb = write_pair(j, orjson.dumps(anthropic_body(conversation(1))), b"{}")
+    with Journal.open(j) as w:
+        w.create_run(Run(id="r-get", agent="claude-code"))
+        g = w.record_exchange("r-get", "GET", "/v1/models", [], protocol="anthropic", status=200)
+        bad = w.record_exchange(
+            "r-get", "POST", "/v1/messages", [], protocol="anthropic", status=200,
+            request_body=b"\x1f\x8b not gzip", request_encoding="gzip",
+        )  # fmt: skip
+        w.flush()
+    p = cli(j, g, xb)
+    assert p.returncode == 1, p.stderr
+    assert p.stdout.splitlines()[1] == "note: A (GET /v1/models) has no request body", p.stdout
+    p = cli(j, xb, bad)
+    assert p.returncode == 1, p.stderr
+    assert p.stdout.splitlines()[1] == (
+        "note: B's body did not decode from its Content-Encoding (gzip): its stored bytes are compared"
+    ), p.stdout
+
+
+def test_a_gemini_model_named_in_the_path_differs_though_the_bodies_are_the_same_json(tmp_path):
+    """Gemini names the model in the path: the same body to another model was ``bytes_only``
+    (exit 0, "the prompt is unchanged") beside "model: the model differs" and no cache."""
+    j = tmp_path / "j.sqlite"
+    body = orjson.dumps({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    with Journal.open(j) as w:
+        ids = []
+        for n, (model, data) in enumerate((("gemini-a", body), ("gemini-b", body + b" "))):
+            w.create_run(Run(id=f"r-g{n}", agent="gemini-cli"))
+            ids.append(
+                w.record_exchange(
+                    f"r-g{n}",
+                    "POST",
+                    f"/v1beta/models/{model}:generateContent",
+                    [],
+                    protocol="gemini",
+                    status=200,
+                    request_body=data,
+                )  # fmt: skip
+            )
+        w.flush()
+    p = cli(j, *ids, "--json")
+    assert p.returncode == 1, p.stdout
+    doc = json.loads(p.stdout)
+    assert doc["verdict"] == "differs" and doc["structure"]["path"] == "model"
