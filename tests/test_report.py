@@ -240,13 +240,17 @@ def test_bad_input_gets_one_line(tmp_path):
         (["report", "long2", "-o", str(journal / "x.html")], 2, f"{journal} is not a directory"),
         (["report", "long2", "-o", str(tmp_path)], 2, "is a directory"),
         (["report", "long2", "--body-limit", "12"], 2, "--body-limit"),
+        # "-" was taken for a file named "-" (exit 0); the page and its parent's are files
+        (["report", "long2", "-o", "-"], 2, "give a FILE"),
+        (["report", "--all", "-o", "-"], 2, "give a DIR"),
     ]
     for args, code, expected in cases:
         p = subprocess.run(
-            [*PVISOR, "--journal", str(journal), *args], env=ENV, capture_output=True, text=True
+            [*PVISOR, "--journal", str(journal), *args], env=ENV, capture_output=True, text=True, cwd=tmp_path
         )
         assert p.returncode == code, (args, p.stderr)
         assert expected in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    assert not (tmp_path / "-").exists()
     with sqlite3.connect(journal) as conn:  # nothing was written into the journal
         assert conn.execute("select count(*) from runs").fetchone() == (1,)
     # -o into directories that do not exist yet: made (mode 0700), as by every -o

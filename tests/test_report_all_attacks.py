@@ -169,7 +169,7 @@ def test_more_bad_input_gets_one_line_and_its_exit_code(tmp_path):
         # the journal's -wal file (not there until a reader opens the journal): was 74 "File exists"
         (["-o", f"{journal}-wal"], 2, "which this command reads"),
         # an empty -o was taken for the current directory
-        (["-o", ""], 2, "an empty path"),
+        (["-o", ""], 2, "give a DIR"),
     ]
     for args, code, expected in cases:
         p = run_cli(journal, "report", "--all", *args, cwd=tmp_path)

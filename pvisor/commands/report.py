@@ -153,6 +153,11 @@ def report(
     for flag, value in (("--since", since), ("--agent", agent), ("--limit", limit)):
         if value is not None:
             raise UsageError(f"{flag} selects runs for --all: give --all instead of RUN, or leave {flag} out")
+    if output in ("", "-"):  # check_export_path offers "-" for stdout: a report is files
+        raise UsageError(
+            f"--output {output!r}: a report is a page written as a file, with its parent's page "
+            "beside it: give a FILE (e.g. run.html)"
+        )
     form = get_format(REPORT)
     with JournalReader(Path(ctx.obj["journal"])) as reader:
         run = reader.run(run_id)  # an unknown run is a usage error before anything is written
@@ -221,8 +226,8 @@ def _write_all(
     """``--all``: the folder written (module docstring; docs/report.md "A folder of runs"); the
     files written, or [] when no run is selected (said on stderr, nothing written)."""
     journal = str(ctx.obj["journal"])
-    if output == "":  # Path("") is the current directory
-        raise UsageError("-o '': an empty path; give a DIR for --all")
+    if output in ("", "-"):  # Path("") is the current directory; "-" is no stdout for a folder
+        raise UsageError(f"-o {output!r}: --all writes a folder of pages: give a DIR")
     folder = Path(output if output is not None else DEFAULT_FOLDER)
     _check_folder(folder, journal)
     with JournalReader(Path(journal)) as reader:
