@@ -17,8 +17,9 @@
 - **verdict** (:class:`DiffVerdict`): ``same`` (equal bytes), ``bytes_only`` (the bodies parse to
   equal JSON: key order, whitespace, escapes; nothing for the cache to lose), ``differs``;
 - **cache**: what B can reuse of A's prompt in the provider's prompt cache, by the protocol's
-  ``PROMPT_CACHE`` fact (its rule, cited there): ``breakpoints`` (Anthropic: the prefix up to the
-  last of A's ``cache_control`` breakpoints that lies before the first difference),
+  ``PROMPT_CACHE`` fact (its rule, cited there): ``breakpoints`` (Anthropic: the longest prefix
+  that ends at a ``cache_control`` breakpoint of A before the first difference and that a
+  breakpoint of B reaches within its lookback, :func:`_breakpoint_reuse`),
   ``increments`` (OpenAI: the common prefix, from 1,024 tokens, in 128-token increments),
   ``prefix`` (Gemini's implicit caching: the common prefix past a minimum; not documented
   further, so always an estimate). Bytes are counted in the prompt's own order (each block as
@@ -347,6 +348,51 @@ def _usage(mod: Any, usage_b: Any) -> TokenUsage | None:
     return usage if usage.cached_input_tokens is not None else None
 
 
+#: blocks of the prompt that are no content block of the provider's (the lookback counts
+#: content blocks: tools, system blocks, message parts)
+_NOT_CONTENT = ("model", "role")
+
+
+def _marks(blocks: list[Block]) -> list[int]:
+    return [i for i, blk in enumerate(blocks) if blk.marker]
+
+
+def _breakpoint_reuse(mod: Any, a: list[Block], b: list[Block], d: int, starts: list[int]) -> tuple[int, str]:
+    """The bytes of B's prompt (in reading order) the cache serves by the ``breakpoints`` rule,
+    and the basis sentence. Anthropic's prompt caching guide
+    (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching, "How automatic prefix
+    checking works"): a request reads the cache only at its own ``cache_control`` breakpoints,
+    each checking the block boundaries up to about 20 content blocks before it for a prefix an
+    earlier request cached at one of its breakpoints ("The automatic prefix checking only looks
+    back approximately 20 content blocks from each explicit breakpoint"). So the reusable prefix
+    is the longest that (a) ends at a breakpoint of A (an entry A wrote), (b) lies before the
+    first differing block ``d``, and (c) is reached by a breakpoint of B at or after it within
+    ``PROMPT_CACHE["lookback_blocks"]`` content blocks (tools, system blocks, message parts; the
+    model and a message's role are no blocks); else 0."""
+    fact = mod.PROMPT_CACHE
+    lookback, marker = fact["lookback_blocks"], fact["marker"]
+    marks_b = _marks(b)
+    if not marks_b:
+        return 0, f"{mod.TITLE}: B sets no {marker} breakpoint: it reads no cache"
+    marks_a = [j for j in _marks(a) if j < d]
+    if not marks_a:
+        return 0, f"{mod.TITLE}: A sets no {marker} breakpoint before the first difference"
+    pos = [0]  # pos[i + 1]: content blocks in b[: i + 1]
+    for blk in b:
+        pos.append(pos[-1] + (blk.field not in _NOT_CONTENT))
+    for j in reversed(marks_a):
+        k = next((k for k in marks_b if k >= j and pos[k + 1] - pos[j + 1] <= lookback), None)
+        if k is not None:
+            return starts[j + 1], (
+                f"{mod.TITLE}: up to A's breakpoint at {a[j].path}, read by B's breakpoint at "
+                f"{b[k].path} (B's breakpoints look back {lookback} blocks)"
+            )
+    return 0, (
+        f"{mod.TITLE}: no breakpoint of B reaches back to A's breakpoints before the first difference "
+        f"(the last at {a[marks_a[-1]].path}; B's breakpoints look back {lookback} blocks)"
+    )
+
+
 def _cache(
     mod: Any, a: list[Block], b: list[Block], d: int, usage_b: Any, unchanged: bool = False
 ) -> dict[str, Any]:
@@ -357,12 +403,12 @@ def _cache(
     for blk in b:
         starts.append(starts[-1] + blk.size)
     total = starts[-1]
+    if unchanged and fact["rule"] == "breakpoints" and _marks(a) != _marks(b):
+        unchanged = False  # the same prompt, but B reads the cache at other breakpoints
     if unchanged:
         reusable, basis = total, "the prompt is unchanged: the difference costs no cache"
     elif fact["rule"] == "breakpoints":
-        last = next((k for k in range(min(d, len(a)) - 1, -1, -1) if a[k].marker), None)
-        reusable = starts[last + 1] if last is not None else 0
-        basis = f"{mod.TITLE}: up to A's last {fact['marker']} breakpoint before the first difference"
+        reusable, basis = _breakpoint_reuse(mod, a, b, d, starts)
     else:
         common = starts[min(d, len(b))]
         if d < len(a) and d < len(b):  # the common start of the first differing block counts
@@ -371,7 +417,9 @@ def _cache(
         step = fact.get("increment_tokens") or 1
         reusable = tokens // step * step * BYTES_PER_TOKEN
         basis = f"{mod.TITLE}: the common prefix" + (f" in {step}-token increments" if step > 1 else "")
-    if not unchanged and reusable // BYTES_PER_TOKEN < fact.get("min_tokens", 0):
+    # a breakpoint rule that found no entry has said why; a prefix found may be under the minimum
+    found = reusable or fact["rule"] != "breakpoints"
+    if not unchanged and found and reusable // BYTES_PER_TOKEN < fact.get("min_tokens", 0):
         reusable, basis = 0, basis + f", below the {fact['min_tokens']:,}-token minimum"
     upto = (
         next((blk.path for k, blk in enumerate(b) if starts[k + 1] >= reusable), None) if reusable else None

@@ -140,3 +140,41 @@ def test_a_gemini_model_named_in_the_path_differs_though_the_bodies_are_the_same
     assert p.returncode == 1, p.stdout
     doc = json.loads(p.stdout)
     assert doc["verdict"] == "differs" and doc["structure"]["path"] == "model"
+
+
+def _marked(n: int, marker_at: tuple[int, ...], change: int | None = None) -> list:
+    """``conversation(n, marker_at)`` with message ``change``'s first text block said otherwise."""
+    msgs = conversation(n, marker_at=marker_at)
+    if change is not None:
+        msgs[change]["content"][0]["text"] = "Said otherwise."
+    return msgs
+
+
+def test_anthropic_reuse_needs_a_breakpoint_of_b_within_its_lookback(tmp_path):
+    """A request reads the cache only at its own breakpoints, each looking back 20 blocks for an
+    entry an earlier request wrote at its breakpoint: B with no breakpoint at all was told it
+    reused A's prompt up to A's breakpoint on message 4 (and so was a B whose only breakpoint
+    in the messages lay 60 blocks past it)."""
+    j = tmp_path / "j.sqlite"
+    a = anthropic_body(_marked(41, (4, 40)))
+
+    def cache(b: dict) -> dict:
+        doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
+        assert doc["structure"]["path"] == "messages[31].parts[0]", doc["structure"]
+        return doc["cache"]
+
+    none = cache(anthropic_body(_marked(41, (), change=31), system_marker=False))
+    assert (none["reusable_bytes"], none["reused_upto"], none["first_uncached"]) == (0, None, "model")
+    assert none["basis"] == "Anthropic: B sets no cache_control breakpoint: it reads no cache"
+    far = cache(anthropic_body(_marked(41, (40,), change=31)))  # 60 blocks past message 4
+    assert (far["reused_upto"], far["first_uncached"]) == ("system[0]", "messages[0]"), far
+    assert far["basis"] == (
+        "Anthropic: up to A's breakpoint at system[0], read by B's breakpoint at system[0] "
+        "(B's breakpoints look back 20 blocks)"
+    )
+    near = cache(anthropic_body(_marked(41, (8, 40), change=31)))  # 6 blocks past message 4
+    assert near["reused_upto"] == "messages[4].parts[0]" and near["first_uncached"] == "messages[5]"
+    assert near["basis"] == (
+        "Anthropic: up to A's breakpoint at messages[4].parts[0], read by B's breakpoint at "
+        "messages[8].parts[0] (B's breakpoints look back 20 blocks)"
+    )
