@@ -321,11 +321,23 @@ def _shown(value: Any) -> str:
     return _difference(value, None)[0]
 
 
+def _params(conv: Conversation) -> dict[str, Any]:
+    return dict(conv.params, stream=conv.stream)
+
+
+def _param_differs(pa: dict, pb: dict, name: str) -> bool:
+    """Whether parameter ``name`` differs as the provider reads it (canonical bytes: ``true`` is
+    not ``1``), one side lacking it included."""
+    return (name in pa) != (name in pb) or (name in pa and _key(pa[name]) != _key(pb[name]))
+
+
 def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
-    pa, pb = dict(ca.params, stream=ca.stream), dict(cb.params, stream=cb.stream)
+    pa, pb = _params(ca), _params(cb)
     for name in [*pa, *(k for k in pb if k not in pa)]:
-        if pa.get(name, _ABSENT) != pb.get(name, _ABSENT):
-            exp, got = _difference(pa.get(name, _ABSENT), pb.get(name, _ABSENT), name)
+        if _param_differs(pa, pb, name):
+            # one key each (or none): the matcher's view names a side that lacks it "(absent)"
+            only_a, only_b = ({name: p[name]} if name in p else {} for p in (pa, pb))
+            exp, got = _difference(only_a, only_b)
             return Structure(
                 f"params.{name}",
                 None,
@@ -336,9 +348,6 @@ def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
                 f"the parameter {name} differs (the prompt is the same)",
             )
     return None
-
-
-_ABSENT = object()
 
 
 def _usage(mod: Any, usage_b: Any) -> TokenUsage | None:
@@ -393,16 +402,47 @@ def _breakpoint_reuse(mod: Any, a: list[Block], b: list[Block], d: int, starts: 
     )
 
 
+def _messages_invalidated(fact: Any, a: list[Block], b: list[Block], d: int, params: Any) -> str | None:
+    """Why the provider drops the messages' cache though tools and system stay cached, or None:
+    a top-level parameter of ``PROMPT_CACHE["messages_invalidated_by"]`` differs (Anthropic
+    ``tool_choice``, ``thinking``), or the number of blocks of a type of
+    ``messages_invalidated_by_blocks`` (images) differs, anywhere in the messages (the blocks
+    before ``d`` are the same on both sides: only the rest is counted). ``params``: both
+    sides' parameters (:func:`_params`)."""
+    for name in fact.get("messages_invalidated_by", ()):
+        if _param_differs(*params, name):
+            return f"{name} differs"
+    for kind in fact.get("messages_invalidated_by_blocks", ()):
+        # a dict's "type" key in compact sorted JSON; a quote inside a string is escaped
+        needle = b'"type":' + orjson.dumps(kind)
+        na, nb = (sum(blk.key.count(needle) for blk in x[d:] if blk.message is not None) for x in (a, b))
+        if na != nb:
+            return f"the number of {kind} blocks differs (A {na}, B {nb})"
+    return None
+
+
 def _cache(
-    mod: Any, a: list[Block], b: list[Block], d: int, usage_b: Any, unchanged: bool = False
+    mod: Any,
+    a: list[Block],
+    b: list[Block],
+    d: int,
+    usage_b: Any,
+    unchanged: bool = False,
+    params: tuple[dict, dict] = ({}, {}),
 ) -> dict[str, Any]:
     """The cache figures of B against A whose first differing block is ``d`` (``len`` of both
-    when the prompts are equal: ``unchanged``)."""
+    when the prompts are equal: ``unchanged``); ``params``: A's and B's other parameters
+    (:func:`_params`). A change that drops the messages' cache (:func:`_messages_invalidated`)
+    ends the comparable prefix at the first message."""
     fact = mod.PROMPT_CACHE
     starts = [0]
     for blk in b:
         starts.append(starts[-1] + blk.size)
     total = starts[-1]
+    why = _messages_invalidated(fact, a, b, d, params)
+    if why is not None:
+        unchanged = False
+        d = min(d, next((i for i, blk in enumerate(b) if blk.message is not None), len(b)))
     if unchanged and fact["rule"] == "breakpoints" and _marks(a) != _marks(b):
         unchanged = False  # the same prompt, but B reads the cache at other breakpoints
     if unchanged:
@@ -417,6 +457,8 @@ def _cache(
         step = fact.get("increment_tokens") or 1
         reusable = tokens // step * step * BYTES_PER_TOKEN
         basis = f"{mod.TITLE}: the common prefix" + (f" in {step}-token increments" if step > 1 else "")
+    if why is not None:
+        basis += f"; {why}: the messages' cache is invalidated (tools and system stay cached)"
     # a breakpoint rule that found no entry has said why; a prefix found may be under the minimum
     found = reusable or fact["rule"] != "breakpoints"
     if not unchanged and found and reusable // BYTES_PER_TOKEN < fact.get("min_tokens", 0):
@@ -510,11 +552,11 @@ def diff_requests(
         out.verdict = DiffVerdict.DIFFERS
         out.structure = _structure(ba, bb, d)
         out.extends = d == len(ba)
-        out.cache = _cache(mod, ba, bb, d, usage_b)
+        out.cache = _cache(mod, ba, bb, d, usage_b, params=(_params(ca), _params(cb)))
     else:
         if out.verdict is DiffVerdict.DIFFERS:
             out.structure = _params_structure(ca, cb) or _json_structure(ja, jb)
-        out.cache = _cache(mod, ba, bb, d, usage_b, unchanged=True)
+        out.cache = _cache(mod, ba, bb, d, usage_b, unchanged=True, params=(_params(ca), _params(cb)))
     return out
 
 

@@ -7,6 +7,7 @@ read through the real CLI where the CLI is what is claimed."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import orjson
@@ -178,3 +179,33 @@ def test_anthropic_reuse_needs_a_breakpoint_of_b_within_its_lookback(tmp_path):
         "Anthropic: up to A's breakpoint at messages[4].parts[0], read by B's breakpoint at "
         "messages[8].parts[0] (B's breakpoints look back 20 blocks)"
     )
+
+
+def test_tool_choice_thinking_and_images_cost_the_messages_cache(tmp_path):
+    """Anthropic's guide ("What invalidates the cache"): a change of ``tool_choice``, of the
+    thinking parameters, or images added or removed invalidate the messages' cache while tools
+    and system stay cached; such pairs were "at no cache cost" (or reused up to A's breakpoint
+    on message 4)."""
+    j = tmp_path / "j.sqlite"
+    msgs = conversation(7, marker_at=(4, 6))
+    a = anthropic_body(msgs)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}}
+    extended = copy.deepcopy(msgs) + [{"role": "user", "content": [image]}]
+    del extended[6]["content"][-1]["cache_control"]
+    extended[7]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    cases = [
+        (anthropic_body(msgs, tool_choice={"type": "any"}), "tool_choice differs"),
+        (anthropic_body(msgs, thinking={"type": "enabled", "budget_tokens": 2048}), "thinking differs"),
+        (anthropic_body(extended), "the number of image blocks differs (A 0, B 1)"),
+    ]
+    for b, why in cases:
+        doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
+        cache = doc["cache"]
+        assert (cache["reused_upto"], cache["first_uncached"]) == ("system[0]", "messages[0]"), (why, cache)
+        assert cache["basis"].endswith(
+            f"; {why}: the messages' cache is invalidated (tools and system stay cached)"
+        ), cache["basis"]
+    # another max_tokens is still at no cache cost
+    b = anthropic_body(msgs, max_tokens=5)
+    doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
+    assert doc["cache"]["reusable_bytes"] == doc["cache"]["prompt_bytes"]

@@ -106,13 +106,17 @@ CACHE_MARKERS = True
 #: https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching: "tools, system,
 #: messages" order, at most 4 breakpoints, "How automatic prefix checking works": "up to
 #: approximately 20 blocks before your explicit breakpoint", 1,024 tokens at least on most
-#: models); the cached count is the reply's ``usage.cache_read_input_tokens``
+#: models); the cached count is the reply's ``usage.cache_read_input_tokens``. The guide's "What
+#: invalidates the cache": a change of these top-level parameters, or images added or removed,
+#: invalidates the messages' cache while tools and system stay cached
 PROMPT_CACHE: dict[str, Any] = {
     "rule": "breakpoints",
     "marker": "cache_control",
     "min_tokens": 1024,
     "increment_tokens": None,
     "lookback_blocks": 20,
+    "messages_invalidated_by": ("tool_choice", "thinking"),
+    "messages_invalidated_by_blocks": ("image",),
     "usage_field": "cache_read_input_tokens",
     "source": "https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching",
 }

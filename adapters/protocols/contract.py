@@ -55,6 +55,8 @@ class WireProtocol(Protocol):
       common prefix in ``increment_tokens``; ``prefix``: the common prefix, undocumented further),
       ``marker`` (the block key of a breakpoint, or None), ``min_tokens``, ``increment_tokens``,
       ``lookback_blocks`` (the ``breakpoints`` rule's: how far back a breakpoint finds an entry),
+      ``messages_invalidated_by`` (top-level parameters whose change drops the messages' cache,
+      tools and system kept), ``messages_invalidated_by_blocks`` (block types likewise),
       ``usage_field`` (where a reply reports its cached tokens) and ``source`` (the documentation).
     - ``TOKEN_COUNT_FIELD``: the field of a token-count response (``input_tokens``,
       ``totalTokens``), None for a protocol without one
