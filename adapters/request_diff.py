@@ -40,7 +40,7 @@ from __future__ import annotations
 import enum
 import gc
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 import orjson
@@ -76,7 +76,7 @@ class Block:
     ``field`` (``model``, ``tools``, ``system``, ``role``, ``text``, ``tool_call``,
     ``tool_result``, ``reasoning`` or a part's own kind), ``value`` (the provider JSON, marker
     left out), ``key`` (its canonical bytes: sorted keys), ``marker`` (it carried the protocol's
-    cache marker)."""
+    cache marker; ``auto``: placed by the request's top-level marker, :func:`with_automatic`)."""
 
     path: str
     message: int | None
@@ -85,6 +85,7 @@ class Block:
     value: Any
     key: bytes
     marker: bool = False
+    auto: bool = False  #: the marker is the request's own (automatic caching), not the block's
 
     @property
     def size(self) -> int:
@@ -245,6 +246,24 @@ def prompt_blocks(conv: Conversation, marker: str | None, seen: dict | None = No
     return blocks
 
 
+def with_automatic(blocks: list[Block], conv: Conversation, marker: str | None) -> list[Block]:
+    """``blocks`` with the breakpoint of the request's top-level ``marker`` (Anthropic's
+    automatic caching: a ``cache_control`` at the top of the body; the prompt caching guide,
+    https://platform.claude.com/docs/en/build-with-claude/prompt-caching: "the system
+    automatically applies the cache breakpoint to the last cacheable block") on its last
+    cacheable block: a content block (no model, no role) that is no thinking block and no empty
+    text (the guide's "What cannot be cached"). A copy of that block is marked: the blocks of a
+    :class:`Reading` are shared with other requests."""
+    if not marker or marker not in conv.params:
+        return blocks
+    for i in range(len(blocks) - 1, -1, -1):
+        blk = blocks[i]
+        empty = blk.value == "" or (isinstance(blk.value, dict) and blk.value.get("text") == "")
+        if blk.field not in ("model", "role", "reasoning") and not empty:
+            return [*blocks[:i], replace(blk, marker=True, auto=True), *blocks[i + 1 :]]
+    return blocks
+
+
 def _first_differing_byte(a: bytes, b: bytes) -> int | None:
     """The first index where ``a`` and ``b`` differ (the shorter one's length when one is a
     prefix of the other), None when equal. Halving compares slices (memcmp), never a Python
@@ -362,6 +381,10 @@ def _usage(mod: Any, usage_b: Any) -> TokenUsage | None:
 _NOT_CONTENT = ("model", "role")
 
 
+def _mark_path(blk: Block) -> str:
+    return f"{blk.path} (automatic)" if blk.auto else blk.path
+
+
 def _marks(blocks: list[Block]) -> list[int]:
     return [i for i, blk in enumerate(blocks) if blk.marker]
 
@@ -393,8 +416,8 @@ def _breakpoint_reuse(mod: Any, a: list[Block], b: list[Block], d: int, starts: 
         k = next((k for k in marks_b if k >= j and pos[k + 1] - pos[j + 1] <= lookback), None)
         if k is not None:
             return starts[j + 1], (
-                f"{mod.TITLE}: up to A's breakpoint at {a[j].path}, read by B's breakpoint at "
-                f"{b[k].path} (B's breakpoints look back {lookback} blocks)"
+                f"{mod.TITLE}: up to A's breakpoint at {_mark_path(a[j])}, read by B's breakpoint at "
+                f"{_mark_path(b[k])} (B's breakpoints look back {lookback} blocks)"
             )
     return 0, (
         f"{mod.TITLE}: no breakpoint of B reaches back to A's breakpoints before the first difference "
@@ -545,7 +568,8 @@ def diff_requests(
             out.structure = _json_structure(ja, jb)
         return out
     marker = mod.PROMPT_CACHE.get("marker")
-    ba, bb = prompt_blocks(ca, marker, ra.seen), prompt_blocks(cb, marker, rb.seen)
+    ba = with_automatic(prompt_blocks(ca, marker, ra.seen), ca, marker)
+    bb = with_automatic(prompt_blocks(cb, marker, rb.seen), cb, marker)
     d = next((i for i, (x, y) in enumerate(zip(ba, bb)) if x.key != y.key), min(len(ba), len(bb)))
     if d < max(len(ba), len(bb)):
         # the prompt differs though the bodies may not: Gemini names the model in the path
@@ -910,6 +934,7 @@ __all__: Iterable[str] = (
     "diff_runs",
     "main_steps",
     "prompt_blocks",
+    "with_automatic",
     "REPORT_DETAIL_STEPS",
     "bytes_diff",
     "report_section",

@@ -209,3 +209,27 @@ def test_tool_choice_thinking_and_images_cost_the_messages_cache(tmp_path):
     b = anthropic_body(msgs, max_tokens=5)
     doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
     assert doc["cache"]["reusable_bytes"] == doc["cache"]["prompt_bytes"]
+
+
+def test_anthropic_automatic_caching_is_a_breakpoint_on_the_last_block(tmp_path):
+    """A top-level ``cache_control`` (automatic caching: the guide puts the breakpoint on the
+    last cacheable block and moves it on as the conversation grows): A and B that mark no block
+    themselves were said to reuse nothing."""
+    j = tmp_path / "j.sqlite"
+    a = anthropic_body(conversation(5), system_marker=False, cache_control={"type": "ephemeral"})
+    b = anthropic_body(conversation(7), system_marker=False, cache_control={"type": "ephemeral"})
+    doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
+    assert doc["extends"] is True
+    cache = doc["cache"]
+    assert (cache["reused_upto"], cache["first_uncached"]) == ("messages[4].parts[0]", "messages[5]"), cache
+    assert cache["basis"] == (
+        "Anthropic: up to A's breakpoint at messages[4].parts[0] (automatic), read by B's breakpoint "
+        "at messages[6].parts[0] (automatic) (B's breakpoints look back 20 blocks)"
+    )
+    # B without it reads nothing; the same prompt with it dropped is no longer at no cache cost
+    plain = anthropic_body(conversation(5), system_marker=False)
+    doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(plain)), "--json").stdout)
+    assert doc["structure"]["path"] == "params.cache_control"
+    assert (
+        doc["cache"]["reusable_bytes"] == 0 and "B sets no cache_control breakpoint" in doc["cache"]["basis"]
+    )
