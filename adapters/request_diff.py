@@ -792,7 +792,9 @@ class RunDiff:
 
     @property
     def differs(self) -> bool:
-        return self.first_parting is not None or bool(self.only_a or self.only_b)
+        # an attempt B with no request to set against A's last one: one side has requests
+        lopsided = not self.steps and bool(self.a.steps) != bool(self.b.steps)
+        return self.first_parting is not None or bool(self.only_a or self.only_b) or lopsided
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -807,13 +809,18 @@ class RunDiff:
 
     def lines(self) -> list[str]:
         """The text form, one line per finding: a line per step compared, the steps one side
-        lacks, then the first step that parts."""
+        lacks, then the first step that parts (or the run that has no main-loop request)."""
         out = [f"step {s.step}{_against(s)}: {s.diff.sentence()}" for s in self.steps]
         for side, steps in (("A", self.only_a), ("B", self.only_b)):
             if steps:
                 out.append(f"steps {_span(steps)} only in {side}")
         first = self.first_parting
-        if first is not None:
+        empty = [side for side, s in (("A", self.a), ("B", self.b)) if not s.steps]
+        if len(empty) == 2:
+            out.append("neither run has a main-loop request")
+        elif empty and not self.steps:
+            out.append(f"run {empty[0]} has no main-loop request")
+        elif first is not None:
             out.append(f"first parting step: {first.step} (A {first.a}, B {first.b})")
         elif self.only_a or self.only_b:
             out.append("the aligned steps' requests do not part; one run has more steps")

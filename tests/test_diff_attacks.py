@@ -14,7 +14,8 @@ import orjson
 from test_diff import anthropic_body, cli, conversation, write_pair
 
 from pvisor.adapters.request_diff import bytes_diff, diff_requests
-from pvisor.journal.model import Run
+from pvisor.journal.model import Attempt, Run
+from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
 
 
@@ -233,3 +234,35 @@ def test_anthropic_automatic_caching_is_a_breakpoint_on_the_last_block(tmp_path)
     assert (
         doc["cache"]["reusable_bytes"] == 0 and "B sets no cache_control breakpoint" in doc["cache"]["basis"]
     )
+
+
+def test_runs_with_no_main_loop_request_are_named_so(tmp_path):
+    """Two runs that sent no main-loop request printed "the 0 aligned step(s) send the same
+    prompts"; neither has one to compare (exit 0: nothing differs, as diff(1) of two empty
+    files), and a run with none against one with steps says which has none (exit 1)."""
+    j = tmp_path / "j.sqlite"
+    with Journal.open(j) as w:
+        w.create_run(Run(id="r-empty-a", agent="claude-code"))
+        w.create_run(Run(id="r-empty-b", agent="claude-code"))
+        w.flush()
+    write_pair(
+        j, orjson.dumps(anthropic_body(conversation(1))), orjson.dumps(anthropic_body(conversation(1)))
+    )
+    p = cli(j, "r-empty-a", "r-empty-b")
+    assert (p.returncode, p.stdout.splitlines()) == (0, ["neither run has a main-loop request"]), p
+    doc = json.loads(cli(j, "r-empty-a", "r-empty-b", "--json").stdout)
+    assert doc["summary"]["aligned"] == 0 and doc["steps"] == []
+    with JournalReader(j) as r:
+        full = next(run.id for run in r.runs() if run.id.startswith("pair-a-"))
+    p = cli(j, full, "r-empty-b")
+    assert p.returncode == 1 and p.stdout.splitlines() == [
+        "steps 1 only in A",
+        "run B has no main-loop request",
+    ], p.stdout
+    # an attempt that sent nothing, against the attempt it resumes: no request where A has one
+    with Journal.open(j) as w:
+        w.start_attempt(Attempt(run=full, n=1))
+        w.start_attempt(Attempt(run=full, n=2))
+        w.flush()
+    p = cli(j, f"{full}@1", f"{full}@2")
+    assert (p.returncode, p.stdout.splitlines()) == (1, ["run B has no main-loop request"]), p
