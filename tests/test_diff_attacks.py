@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import sqlite3
+from pathlib import Path
 
 import orjson
 from test_diff import anthropic_body, cli, conversation, write_pair
@@ -266,3 +269,17 @@ def test_runs_with_no_main_loop_request_are_named_so(tmp_path):
         w.flush()
     p = cli(j, f"{full}@1", f"{full}@2")
     assert (p.returncode, p.stdout.splitlines()) == (1, ["run B has no main-loop request"]), p
+
+
+def test_a_journal_of_a_newer_schema_exits_65_as_docs_diff_says(tmp_path):
+    """The command refuses a journal a newer pvisor wrote with exit 65; docs/diff.md's exit code
+    table named 65 only for a file that is no pvisor journal."""
+    j = tmp_path / "j.sqlite"
+    xa, xb = write_pair(j, orjson.dumps(anthropic_body(conversation(1))), b"{}")
+    with sqlite3.connect(j) as c:
+        c.execute("INSERT INTO _sqlite_migrations(migration_set, name, applied_at) "
+                  "VALUES ('pvisor.journal', 'm999_future', '2030-01-01')")  # fmt: skip
+    p = cli(j, xa, xb)
+    assert p.returncode == 65 and len(p.stderr.splitlines()) == 1 and "newer pvisor" in p.stderr, p
+    codes = (Path(__file__).resolve().parents[1] / "docs" / "diff.md").read_text().split("## Exit codes")[1]
+    assert re.search(r"`65` [^`]*a newer pvisor", codes.split("## ")[0]), codes
