@@ -17,8 +17,9 @@
 - **verdict** (:class:`DiffVerdict`): ``same`` (equal bytes), ``bytes_only`` (the bodies parse to
   equal JSON: key order, whitespace, escapes; nothing for the cache to lose), ``differs``;
 - **cache**: what B can reuse of A's prompt in the provider's prompt cache, by the protocol's
-  ``PROMPT_CACHE`` fact (its rule, cited there): ``breakpoints`` (Anthropic: the prefix up to the
-  last of A's ``cache_control`` breakpoints that lies before the first difference),
+  ``PROMPT_CACHE`` fact (its rule, cited there): ``breakpoints`` (Anthropic: the longest prefix
+  that ends at a ``cache_control`` breakpoint of A before the first difference and that a
+  breakpoint of B reaches within its lookback, :func:`_breakpoint_reuse`),
   ``increments`` (OpenAI: the common prefix, from 1,024 tokens, in 128-token increments),
   ``prefix`` (Gemini's implicit caching: the common prefix past a minimum; not documented
   further, so always an estimate). Bytes are counted in the prompt's own order (each block as
@@ -39,7 +40,7 @@ from __future__ import annotations
 import enum
 import gc
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 import orjson
@@ -75,7 +76,7 @@ class Block:
     ``field`` (``model``, ``tools``, ``system``, ``role``, ``text``, ``tool_call``,
     ``tool_result``, ``reasoning`` or a part's own kind), ``value`` (the provider JSON, marker
     left out), ``key`` (its canonical bytes: sorted keys), ``marker`` (it carried the protocol's
-    cache marker)."""
+    cache marker; ``auto``: placed by the request's top-level marker, :func:`with_automatic`)."""
 
     path: str
     message: int | None
@@ -84,6 +85,7 @@ class Block:
     value: Any
     key: bytes
     marker: bool = False
+    auto: bool = False  #: the marker is the request's own (automatic caching), not the block's
 
     @property
     def size(self) -> int:
@@ -244,6 +246,24 @@ def prompt_blocks(conv: Conversation, marker: str | None, seen: dict | None = No
     return blocks
 
 
+def with_automatic(blocks: list[Block], conv: Conversation, marker: str | None) -> list[Block]:
+    """``blocks`` with the breakpoint of the request's top-level ``marker`` (Anthropic's
+    automatic caching: a ``cache_control`` at the top of the body; the prompt caching guide,
+    https://platform.claude.com/docs/en/build-with-claude/prompt-caching: "the system
+    automatically applies the cache breakpoint to the last cacheable block") on its last
+    cacheable block: a content block (no model, no role) that is no thinking block and no empty
+    text (the guide's "What cannot be cached"). A copy of that block is marked: the blocks of a
+    :class:`Reading` are shared with other requests."""
+    if not marker or marker not in conv.params:
+        return blocks
+    for i in range(len(blocks) - 1, -1, -1):
+        blk = blocks[i]
+        empty = blk.value == "" or (isinstance(blk.value, dict) and blk.value.get("text") == "")
+        if blk.field not in ("model", "role", "reasoning") and not empty:
+            return [*blocks[:i], replace(blk, marker=True, auto=True), *blocks[i + 1 :]]
+    return blocks
+
+
 def _first_differing_byte(a: bytes, b: bytes) -> int | None:
     """The first index where ``a`` and ``b`` differ (the shorter one's length when one is a
     prefix of the other), None when equal. Halving compares slices (memcmp), never a Python
@@ -320,11 +340,23 @@ def _shown(value: Any) -> str:
     return _difference(value, None)[0]
 
 
+def _params(conv: Conversation) -> dict[str, Any]:
+    return dict(conv.params, stream=conv.stream)
+
+
+def _param_differs(pa: dict, pb: dict, name: str) -> bool:
+    """Whether parameter ``name`` differs as the provider reads it (canonical bytes: ``true`` is
+    not ``1``), one side lacking it included."""
+    return (name in pa) != (name in pb) or (name in pa and _key(pa[name]) != _key(pb[name]))
+
+
 def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
-    pa, pb = dict(ca.params, stream=ca.stream), dict(cb.params, stream=cb.stream)
+    pa, pb = _params(ca), _params(cb)
     for name in [*pa, *(k for k in pb if k not in pa)]:
-        if pa.get(name, _ABSENT) != pb.get(name, _ABSENT):
-            exp, got = _difference(pa.get(name, _ABSENT), pb.get(name, _ABSENT), name)
+        if _param_differs(pa, pb, name):
+            # one key each (or none): the matcher's view names a side that lacks it "(absent)"
+            only_a, only_b = ({name: p[name]} if name in p else {} for p in (pa, pb))
+            exp, got = _difference(only_a, only_b)
             return Structure(
                 f"params.{name}",
                 None,
@@ -337,9 +369,6 @@ def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
     return None
 
 
-_ABSENT = object()
-
-
 def _usage(mod: Any, usage_b: Any) -> TokenUsage | None:
     if usage_b is None:
         return None
@@ -347,22 +376,102 @@ def _usage(mod: Any, usage_b: Any) -> TokenUsage | None:
     return usage if usage.cached_input_tokens is not None else None
 
 
+#: blocks of the prompt that are no content block of the provider's (the lookback counts
+#: content blocks: tools, system blocks, message parts)
+_NOT_CONTENT = ("model", "role")
+
+
+def _mark_path(blk: Block) -> str:
+    return f"{blk.path} (automatic)" if blk.auto else blk.path
+
+
+def _marks(blocks: list[Block]) -> list[int]:
+    return [i for i, blk in enumerate(blocks) if blk.marker]
+
+
+def _breakpoint_reuse(mod: Any, a: list[Block], b: list[Block], d: int, starts: list[int]) -> tuple[int, str]:
+    """The bytes of B's prompt (in reading order) the cache serves by the ``breakpoints`` rule,
+    and the basis sentence. Anthropic's prompt caching guide
+    (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching, "How automatic prefix
+    checking works"): a request reads the cache only at its own ``cache_control`` breakpoints,
+    each checking the block boundaries up to about 20 content blocks before it for a prefix an
+    earlier request cached at one of its breakpoints ("The automatic prefix checking only looks
+    back approximately 20 content blocks from each explicit breakpoint"). So the reusable prefix
+    is the longest that (a) ends at a breakpoint of A (an entry A wrote), (b) lies before the
+    first differing block ``d``, and (c) is reached by a breakpoint of B at or after it within
+    ``PROMPT_CACHE["lookback_blocks"]`` content blocks (tools, system blocks, message parts; the
+    model and a message's role are no blocks); else 0."""
+    fact = mod.PROMPT_CACHE
+    lookback, marker = fact["lookback_blocks"], fact["marker"]
+    marks_b = _marks(b)
+    if not marks_b:
+        return 0, f"{mod.TITLE}: B sets no {marker} breakpoint: it reads no cache"
+    marks_a = [j for j in _marks(a) if j < d]
+    if not marks_a:
+        return 0, f"{mod.TITLE}: A sets no {marker} breakpoint before the first difference"
+    pos = [0]  # pos[i + 1]: content blocks in b[: i + 1]
+    for blk in b:
+        pos.append(pos[-1] + (blk.field not in _NOT_CONTENT))
+    for j in reversed(marks_a):
+        k = next((k for k in marks_b if k >= j and pos[k + 1] - pos[j + 1] <= lookback), None)
+        if k is not None:
+            return starts[j + 1], (
+                f"{mod.TITLE}: up to A's breakpoint at {_mark_path(a[j])}, read by B's breakpoint at "
+                f"{_mark_path(b[k])} (B's breakpoints look back {lookback} blocks)"
+            )
+    return 0, (
+        f"{mod.TITLE}: no breakpoint of B reaches back to A's breakpoints before the first difference "
+        f"(the last at {a[marks_a[-1]].path}; B's breakpoints look back {lookback} blocks)"
+    )
+
+
+def _messages_invalidated(fact: Any, a: list[Block], b: list[Block], d: int, params: Any) -> str | None:
+    """Why the provider drops the messages' cache though tools and system stay cached, or None:
+    a top-level parameter of ``PROMPT_CACHE["messages_invalidated_by"]`` differs (Anthropic
+    ``tool_choice``, ``thinking``), or the number of blocks of a type of
+    ``messages_invalidated_by_blocks`` (images) differs, anywhere in the messages (the blocks
+    before ``d`` are the same on both sides: only the rest is counted). ``params``: both
+    sides' parameters (:func:`_params`)."""
+    for name in fact.get("messages_invalidated_by", ()):
+        if _param_differs(*params, name):
+            return f"{name} differs"
+    for kind in fact.get("messages_invalidated_by_blocks", ()):
+        # a dict's "type" key in compact sorted JSON; a quote inside a string is escaped
+        needle = b'"type":' + orjson.dumps(kind)
+        na, nb = (sum(blk.key.count(needle) for blk in x[d:] if blk.message is not None) for x in (a, b))
+        if na != nb:
+            return f"the number of {kind} blocks differs (A {na}, B {nb})"
+    return None
+
+
 def _cache(
-    mod: Any, a: list[Block], b: list[Block], d: int, usage_b: Any, unchanged: bool = False
+    mod: Any,
+    a: list[Block],
+    b: list[Block],
+    d: int,
+    usage_b: Any,
+    unchanged: bool = False,
+    params: tuple[dict, dict] = ({}, {}),
 ) -> dict[str, Any]:
     """The cache figures of B against A whose first differing block is ``d`` (``len`` of both
-    when the prompts are equal: ``unchanged``)."""
+    when the prompts are equal: ``unchanged``); ``params``: A's and B's other parameters
+    (:func:`_params`). A change that drops the messages' cache (:func:`_messages_invalidated`)
+    ends the comparable prefix at the first message."""
     fact = mod.PROMPT_CACHE
     starts = [0]
     for blk in b:
         starts.append(starts[-1] + blk.size)
     total = starts[-1]
+    why = _messages_invalidated(fact, a, b, d, params)
+    if why is not None:
+        unchanged = False
+        d = min(d, next((i for i, blk in enumerate(b) if blk.message is not None), len(b)))
+    if unchanged and fact["rule"] == "breakpoints" and _marks(a) != _marks(b):
+        unchanged = False  # the same prompt, but B reads the cache at other breakpoints
     if unchanged:
         reusable, basis = total, "the prompt is unchanged: the difference costs no cache"
     elif fact["rule"] == "breakpoints":
-        last = next((k for k in range(min(d, len(a)) - 1, -1, -1) if a[k].marker), None)
-        reusable = starts[last + 1] if last is not None else 0
-        basis = f"{mod.TITLE}: up to A's last {fact['marker']} breakpoint before the first difference"
+        reusable, basis = _breakpoint_reuse(mod, a, b, d, starts)
     else:
         common = starts[min(d, len(b))]
         if d < len(a) and d < len(b):  # the common start of the first differing block counts
@@ -371,7 +480,11 @@ def _cache(
         step = fact.get("increment_tokens") or 1
         reusable = tokens // step * step * BYTES_PER_TOKEN
         basis = f"{mod.TITLE}: the common prefix" + (f" in {step}-token increments" if step > 1 else "")
-    if not unchanged and reusable // BYTES_PER_TOKEN < fact.get("min_tokens", 0):
+    if why is not None:
+        basis += f"; {why}: the messages' cache is invalidated (tools and system stay cached)"
+    # a breakpoint rule that found no entry has said why; a prefix found may be under the minimum
+    found = reusable or fact["rule"] != "breakpoints"
+    if not unchanged and found and reusable // BYTES_PER_TOKEN < fact.get("min_tokens", 0):
         reusable, basis = 0, basis + f", below the {fact['min_tokens']:,}-token minimum"
     upto = (
         next((blk.path for k, blk in enumerate(b) if starts[k + 1] >= reusable), None) if reusable else None
@@ -455,18 +568,19 @@ def diff_requests(
             out.structure = _json_structure(ja, jb)
         return out
     marker = mod.PROMPT_CACHE.get("marker")
-    ba, bb = prompt_blocks(ca, marker, ra.seen), prompt_blocks(cb, marker, rb.seen)
+    ba = with_automatic(prompt_blocks(ca, marker, ra.seen), ca, marker)
+    bb = with_automatic(prompt_blocks(cb, marker, rb.seen), cb, marker)
     d = next((i for i, (x, y) in enumerate(zip(ba, bb)) if x.key != y.key), min(len(ba), len(bb)))
     if d < max(len(ba), len(bb)):
         # the prompt differs though the bodies may not: Gemini names the model in the path
         out.verdict = DiffVerdict.DIFFERS
         out.structure = _structure(ba, bb, d)
         out.extends = d == len(ba)
-        out.cache = _cache(mod, ba, bb, d, usage_b)
+        out.cache = _cache(mod, ba, bb, d, usage_b, params=(_params(ca), _params(cb)))
     else:
         if out.verdict is DiffVerdict.DIFFERS:
             out.structure = _params_structure(ca, cb) or _json_structure(ja, jb)
-        out.cache = _cache(mod, ba, bb, d, usage_b, unchanged=True)
+        out.cache = _cache(mod, ba, bb, d, usage_b, unchanged=True, params=(_params(ca), _params(cb)))
     return out
 
 
@@ -678,7 +792,9 @@ class RunDiff:
 
     @property
     def differs(self) -> bool:
-        return self.first_parting is not None or bool(self.only_a or self.only_b)
+        # an attempt B with no request to set against A's last one: one side has requests
+        lopsided = not self.steps and bool(self.a.steps) != bool(self.b.steps)
+        return self.first_parting is not None or bool(self.only_a or self.only_b) or lopsided
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -693,13 +809,18 @@ class RunDiff:
 
     def lines(self) -> list[str]:
         """The text form, one line per finding: a line per step compared, the steps one side
-        lacks, then the first step that parts."""
+        lacks, then the first step that parts (or the run that has no main-loop request)."""
         out = [f"step {s.step}{_against(s)}: {s.diff.sentence()}" for s in self.steps]
         for side, steps in (("A", self.only_a), ("B", self.only_b)):
             if steps:
                 out.append(f"steps {_span(steps)} only in {side}")
         first = self.first_parting
-        if first is not None:
+        empty = [side for side, s in (("A", self.a), ("B", self.b)) if not s.steps]
+        if len(empty) == 2:
+            out.append("neither run has a main-loop request")
+        elif empty and not self.steps:
+            out.append(f"run {empty[0]} has no main-loop request")
+        elif first is not None:
             out.append(f"first parting step: {first.step} (A {first.a}, B {first.b})")
         elif self.only_a or self.only_b:
             out.append("the aligned steps' requests do not part; one run has more steps")
@@ -820,6 +941,7 @@ __all__: Iterable[str] = (
     "diff_runs",
     "main_steps",
     "prompt_blocks",
+    "with_automatic",
     "REPORT_DETAIL_STEPS",
     "bytes_diff",
     "report_section",

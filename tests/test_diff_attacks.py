@@ -7,13 +7,18 @@ read through the real CLI where the CLI is what is claimed."""
 
 from __future__ import annotations
 
+import copy
 import json
+import re
+import sqlite3
+from pathlib import Path
 
 import orjson
 from test_diff import anthropic_body, cli, conversation, write_pair
 
 from pvisor.adapters.request_diff import bytes_diff, diff_requests
-from pvisor.journal.model import Run
+from pvisor.journal.model import Attempt, Run
+from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
 
 
@@ -140,3 +145,141 @@ def test_a_gemini_model_named_in_the_path_differs_though_the_bodies_are_the_same
     assert p.returncode == 1, p.stdout
     doc = json.loads(p.stdout)
     assert doc["verdict"] == "differs" and doc["structure"]["path"] == "model"
+
+
+def _marked(n: int, marker_at: tuple[int, ...], change: int | None = None) -> list:
+    """``conversation(n, marker_at)`` with message ``change``'s first text block said otherwise."""
+    msgs = conversation(n, marker_at=marker_at)
+    if change is not None:
+        msgs[change]["content"][0]["text"] = "Said otherwise."
+    return msgs
+
+
+def test_anthropic_reuse_needs_a_breakpoint_of_b_within_its_lookback(tmp_path):
+    """A request reads the cache only at its own breakpoints, each looking back 20 blocks for an
+    entry an earlier request wrote at its breakpoint: B with no breakpoint at all was told it
+    reused A's prompt up to A's breakpoint on message 4 (and so was a B whose only breakpoint
+    in the messages lay 60 blocks past it)."""
+    j = tmp_path / "j.sqlite"
+    a = anthropic_body(_marked(41, (4, 40)))
+
+    def cache(b: dict) -> dict:
+        doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
+        assert doc["structure"]["path"] == "messages[31].parts[0]", doc["structure"]
+        return doc["cache"]
+
+    none = cache(anthropic_body(_marked(41, (), change=31), system_marker=False))
+    assert (none["reusable_bytes"], none["reused_upto"], none["first_uncached"]) == (0, None, "model")
+    assert none["basis"] == "Anthropic: B sets no cache_control breakpoint: it reads no cache"
+    far = cache(anthropic_body(_marked(41, (40,), change=31)))  # 60 blocks past message 4
+    assert (far["reused_upto"], far["first_uncached"]) == ("system[0]", "messages[0]"), far
+    assert far["basis"] == (
+        "Anthropic: up to A's breakpoint at system[0], read by B's breakpoint at system[0] "
+        "(B's breakpoints look back 20 blocks)"
+    )
+    near = cache(anthropic_body(_marked(41, (8, 40), change=31)))  # 6 blocks past message 4
+    assert near["reused_upto"] == "messages[4].parts[0]" and near["first_uncached"] == "messages[5]"
+    assert near["basis"] == (
+        "Anthropic: up to A's breakpoint at messages[4].parts[0], read by B's breakpoint at "
+        "messages[8].parts[0] (B's breakpoints look back 20 blocks)"
+    )
+
+
+def test_tool_choice_thinking_and_images_cost_the_messages_cache(tmp_path):
+    """Anthropic's guide ("What invalidates the cache"): a change of ``tool_choice``, of the
+    thinking parameters, or images added or removed invalidate the messages' cache while tools
+    and system stay cached; such pairs were "at no cache cost" (or reused up to A's breakpoint
+    on message 4)."""
+    j = tmp_path / "j.sqlite"
+    msgs = conversation(7, marker_at=(4, 6))
+    a = anthropic_body(msgs)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}}
+    extended = copy.deepcopy(msgs) + [{"role": "user", "content": [image]}]
+    del extended[6]["content"][-1]["cache_control"]
+    extended[7]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    cases = [
+        (anthropic_body(msgs, tool_choice={"type": "any"}), "tool_choice differs"),
+        (anthropic_body(msgs, thinking={"type": "enabled", "budget_tokens": 2048}), "thinking differs"),
+        (anthropic_body(extended), "the number of image blocks differs (A 0, B 1)"),
+    ]
+    for b, why in cases:
+        doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
+        cache = doc["cache"]
+        assert (cache["reused_upto"], cache["first_uncached"]) == ("system[0]", "messages[0]"), (why, cache)
+        assert cache["basis"].endswith(
+            f"; {why}: the messages' cache is invalidated (tools and system stay cached)"
+        ), cache["basis"]
+    # another max_tokens is still at no cache cost
+    b = anthropic_body(msgs, max_tokens=5)
+    doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
+    assert doc["cache"]["reusable_bytes"] == doc["cache"]["prompt_bytes"]
+
+
+def test_anthropic_automatic_caching_is_a_breakpoint_on_the_last_block(tmp_path):
+    """A top-level ``cache_control`` (automatic caching: the guide puts the breakpoint on the
+    last cacheable block and moves it on as the conversation grows): A and B that mark no block
+    themselves were said to reuse nothing."""
+    j = tmp_path / "j.sqlite"
+    a = anthropic_body(conversation(5), system_marker=False, cache_control={"type": "ephemeral"})
+    b = anthropic_body(conversation(7), system_marker=False, cache_control={"type": "ephemeral"})
+    doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(b)), "--json").stdout)
+    assert doc["extends"] is True
+    cache = doc["cache"]
+    assert (cache["reused_upto"], cache["first_uncached"]) == ("messages[4].parts[0]", "messages[5]"), cache
+    assert cache["basis"] == (
+        "Anthropic: up to A's breakpoint at messages[4].parts[0] (automatic), read by B's breakpoint "
+        "at messages[6].parts[0] (automatic) (B's breakpoints look back 20 blocks)"
+    )
+    # B without it reads nothing; the same prompt with it dropped is no longer at no cache cost
+    plain = anthropic_body(conversation(5), system_marker=False)
+    doc = json.loads(cli(j, *write_pair(j, orjson.dumps(a), orjson.dumps(plain)), "--json").stdout)
+    assert doc["structure"]["path"] == "params.cache_control"
+    assert (
+        doc["cache"]["reusable_bytes"] == 0 and "B sets no cache_control breakpoint" in doc["cache"]["basis"]
+    )
+
+
+def test_runs_with_no_main_loop_request_are_named_so(tmp_path):
+    """Two runs that sent no main-loop request printed "the 0 aligned step(s) send the same
+    prompts"; neither has one to compare (exit 0: nothing differs, as diff(1) of two empty
+    files), and a run with none against one with steps says which has none (exit 1)."""
+    j = tmp_path / "j.sqlite"
+    with Journal.open(j) as w:
+        w.create_run(Run(id="r-empty-a", agent="claude-code"))
+        w.create_run(Run(id="r-empty-b", agent="claude-code"))
+        w.flush()
+    write_pair(
+        j, orjson.dumps(anthropic_body(conversation(1))), orjson.dumps(anthropic_body(conversation(1)))
+    )
+    p = cli(j, "r-empty-a", "r-empty-b")
+    assert (p.returncode, p.stdout.splitlines()) == (0, ["neither run has a main-loop request"]), p
+    doc = json.loads(cli(j, "r-empty-a", "r-empty-b", "--json").stdout)
+    assert doc["summary"]["aligned"] == 0 and doc["steps"] == []
+    with JournalReader(j) as r:
+        full = next(run.id for run in r.runs() if run.id.startswith("pair-a-"))
+    p = cli(j, full, "r-empty-b")
+    assert p.returncode == 1 and p.stdout.splitlines() == [
+        "steps 1 only in A",
+        "run B has no main-loop request",
+    ], p.stdout
+    # an attempt that sent nothing, against the attempt it resumes: no request where A has one
+    with Journal.open(j) as w:
+        w.start_attempt(Attempt(run=full, n=1))
+        w.start_attempt(Attempt(run=full, n=2))
+        w.flush()
+    p = cli(j, f"{full}@1", f"{full}@2")
+    assert (p.returncode, p.stdout.splitlines()) == (1, ["run B has no main-loop request"]), p
+
+
+def test_a_journal_of_a_newer_schema_exits_65_as_docs_diff_says(tmp_path):
+    """The command refuses a journal a newer pvisor wrote with exit 65; docs/diff.md's exit code
+    table named 65 only for a file that is no pvisor journal."""
+    j = tmp_path / "j.sqlite"
+    xa, xb = write_pair(j, orjson.dumps(anthropic_body(conversation(1))), b"{}")
+    with sqlite3.connect(j) as c:
+        c.execute("INSERT INTO _sqlite_migrations(migration_set, name, applied_at) "
+                  "VALUES ('pvisor.journal', 'm999_future', '2030-01-01')")  # fmt: skip
+    p = cli(j, xa, xb)
+    assert p.returncode == 65 and len(p.stderr.splitlines()) == 1 and "newer pvisor" in p.stderr, p
+    codes = (Path(__file__).resolve().parents[1] / "docs" / "diff.md").read_text().split("## Exit codes")[1]
+    assert re.search(r"`65` [^`]*a newer pvisor", codes.split("## ")[0]), codes

@@ -100,15 +100,23 @@ CACHE_MARKERS = True
 #: how the prompt cache reuses an earlier request's prompt (``pvisor diff``,
 #: :mod:`pvisor.adapters.request_diff`): the prompt is read tools, system, messages, and a
 #: ``cache_control`` block is a breakpoint that caches the prefix up to and including it; a later
-#: request reuses the prefix up to the last breakpoint before its first change (prompt caching
-#: guide, https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching: "tools, system,
-#: messages" order, at most 4 breakpoints, 1,024 tokens at least on most models); the cached
-#: count is the reply's ``usage.cache_read_input_tokens``
+#: request reads the cache only at its own breakpoints, each looking back about
+#: ``lookback_blocks`` content blocks for a prefix cached at an earlier request's breakpoint
+#: before its first change (prompt caching guide,
+#: https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching: "tools, system,
+#: messages" order, at most 4 breakpoints, "How automatic prefix checking works": "up to
+#: approximately 20 blocks before your explicit breakpoint", 1,024 tokens at least on most
+#: models); the cached count is the reply's ``usage.cache_read_input_tokens``. The guide's "What
+#: invalidates the cache": a change of these top-level parameters, or images added or removed,
+#: invalidates the messages' cache while tools and system stay cached
 PROMPT_CACHE: dict[str, Any] = {
     "rule": "breakpoints",
     "marker": "cache_control",
     "min_tokens": 1024,
     "increment_tokens": None,
+    "lookback_blocks": 20,
+    "messages_invalidated_by": ("tool_choice", "thinking"),
+    "messages_invalidated_by_blocks": ("image",),
     "usage_field": "cache_read_input_tokens",
     "source": "https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching",
 }

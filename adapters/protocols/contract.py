@@ -50,9 +50,13 @@ class WireProtocol(Protocol):
       ``cache_control``), placed by ``place_cache_markers``.
     - ``PROMPT_CACHE``: how the provider's prompt cache reuses an earlier request's prompt, with
       its source (:mod:`pvisor.adapters.request_diff`, ``pvisor diff``): ``rule``
-      (``breakpoints``: up to the last cache marker before the first change; ``increments``: the
+      (``breakpoints``: up to a cache marker of A before the first change that a marker of B
+      reaches within ``lookback_blocks`` content blocks; ``increments``: the
       common prefix in ``increment_tokens``; ``prefix``: the common prefix, undocumented further),
       ``marker`` (the block key of a breakpoint, or None), ``min_tokens``, ``increment_tokens``,
+      ``lookback_blocks`` (the ``breakpoints`` rule's: how far back a breakpoint finds an entry),
+      ``messages_invalidated_by`` (top-level parameters whose change drops the messages' cache,
+      tools and system kept), ``messages_invalidated_by_blocks`` (block types likewise),
       ``usage_field`` (where a reply reports its cached tokens) and ``source`` (the documentation).
     - ``TOKEN_COUNT_FIELD``: the field of a token-count response (``input_tokens``,
       ``totalTokens``), None for a protocol without one
