@@ -81,7 +81,10 @@ def render(
     ``child_hrefs``: the pages of child runs written beside it, by run id; ``index_href``: the
     folder's index, for a page ``pvisor report --all`` wrote, else None)."""
     links = {"parent_href": parent_href, "child_hrefs": child_hrefs or {}, "index_href": index_href}
-    data = orjson.dumps(shared({**doc, **links})).replace(b"</", b"<\\/").decode()
+    # every "<" as \u003c: a "</script" would end the data's element, and a "<!--<script" in
+    # any text (a step's, a file's) would make the HTML parser read past its end and swallow
+    # the page's script (a blank page); JSON has no "<" outside its strings
+    data = orjson.dumps(shared({**doc, **links})).replace(b"<", b"\\u003c").decode()
     run = doc["run"]
     title = html.escape(f"pvisor · {run['id']} · {run['agent'] or 'run'}")
     template, style, script = _assets()

@@ -1,0 +1,74 @@
+"""The run page against hostile and damaged runs (issue 43): a Claude Code run captured through
+the real CLI with the scripted model whose action text holds an HTML comment opening and a script
+tag, which writes a ``.env`` with a plain password through its Write tool and adds 400 empty
+files in one step; copies of its journal with its snapshots' walks failed or a manifest's blob
+gone; a run recorded straight into a journal whose usage holds markup where counts belong. Each
+page is opened in headless Chromium (tests/test_report.py's) where it matters: it must load
+whole, with no console message."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from agent_helpers import capture_scripted
+from cli_helpers import pvisor_main
+from test_gateway_cli import ENV
+
+import test_report
+
+browser = test_report.browser
+pytestmark = pytest.mark.slow
+
+#: markup in an action's text: an HTML comment opening then a script tag, a script's end, U+2028
+HOSTILE = 'Look: <!--<script> and </script><img src=x onerror="document.body.dataset.xss=1"> \u2028 end'
+PASSWORD = "plain-hunter2-battery-staple"
+EMPTY_FILES = 400
+SCRIPT = {
+    "turns": [
+        {"text": HOSTILE, "tool_calls": [
+            {"tool": "Write", "arguments": {"file_path": ".env", "content": f"DB_PASSWORD={PASSWORD}\n"}},
+            {"tool": "@shell", "command": f"mkdir many; seq -f many/f%g.txt {EMPTY_FILES} | xargs touch"},
+        ]},
+        {"text": "All done."},
+    ]
+}  # fmt: skip
+
+
+def page_data(journal: Path, run: str, out: Path) -> tuple[dict, str]:
+    p = pvisor_main(
+        ["--journal", str(journal), "report", run, "-o", str(out), "--no-parent"], env=ENV, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+    m = re.search(r'<script type="application/json" id="pvisor-data">(.*?)</script>', page, re.S)
+    assert m is not None
+    return json.loads(m.group(1)), page
+
+
+def steps_of(doc: dict) -> list[dict]:
+    return [row["step"] for row in doc["exchanges"] if "step" in row]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """(journal, run) of :data:`SCRIPT` captured with Claude Code."""
+    root = tmp_path_factory.mktemp("report-attacks")
+    cap = capture_scripted("claude-code", root, SCRIPT, "Set up")
+    return cap.journal, cap.run
+
+
+def test_markup_in_a_text_leaves_the_page_whole(browser, hostile, tmp_path):
+    """A text holding ``<!--<script>`` made the HTML parser read the data's script element past
+    its end, swallowing the page's script: a blank page. Every ``<`` of the data is escaped."""
+    journal, run = hostile
+    doc, page = page_data(journal, run, tmp_path / "p.html")
+    assert "<!--" not in page.split('id="pvisor-data">')[1].split("</script>")[0]
+    test_report.open_page(browser, tmp_path / "p.html", "report-attacks-markup")
+    text = browser.find_element("css selector", ".row[data-step='1'] .text.action").get_attribute(
+        "textContent"
+    )
+    assert text == HOSTILE
+    assert browser.execute_script("return document.body.dataset.xss") is None
