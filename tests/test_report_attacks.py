@@ -8,6 +8,7 @@ whole, with no console message."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from cli_helpers import pvisor_main
 from test_gateway_cli import ENV
 
 import test_report
+from pvisor.adapters.exports.report_document import WITHHELD
 
 browser = test_report.browser
 pytestmark = pytest.mark.slow
@@ -72,3 +74,19 @@ def test_markup_in_a_text_leaves_the_page_whole(browser, hostile, tmp_path):
     )
     assert text == HOSTILE
     assert browser.execute_script("return document.body.dataset.xss") is None
+
+
+def test_a_write_into_a_secret_file_shows_neither_its_content_nor_its_arguments(browser, hostile, tmp_path):
+    """The Write of ``.env`` is its path and a note: the content the snapshots withhold is in
+    neither the call's view nor its arguments (the exchange's bodies are the journal's, as
+    docs/report.md says)."""
+    journal, run = hostile
+    doc, _ = page_data(journal, run, tmp_path / "p.html")
+    write = next(c for c in steps_of(doc)[0]["calls"] if c["name"] == "Write")
+    assert write["view"] == {"path": ".env", "secret": True}
+    assert PASSWORD not in write["args"] and json.loads(write["args"])["content"] == WITHHELD
+    test_report.open_page(browser, tmp_path / "p.html", "report-attacks-secret-write")
+    card = browser.find_element("css selector", ".row[data-step='1'] .call[data-kind='write']")
+    assert "looks like a secret" in card.text and PASSWORD not in html.unescape(
+        card.get_attribute("innerHTML")
+    )

@@ -269,7 +269,8 @@ function call(s, c) {
     else box.append(el("code", {class: "cmd", text: v.command}), ")");
   } else if (v && typeof v.path === "string") {
     box.append(el("span", {class: "path", text: v.path}), ")");
-    if (Array.isArray(v.diff)) below = diffPre(v.diff, "edit");
+    if (v.secret) below = el("div", {class: "note secret", text: "🔒 the file looks like a secret: its content is not shown"});
+    else if (Array.isArray(v.diff)) below = diffPre(v.diff, "edit");
     else if (typeof v.content === "string") below = el("pre", {class: "file", text: v.content});
   } else if (v && typeof v.patch === "string") {
     box.append(")"); below = patchPre(v.patch);
