@@ -20,6 +20,9 @@ from test_gateway_cli import ENV
 
 import test_report
 from pvisor.adapters.exports.report_document import WITHHELD
+from pvisor.adapters.exports.report_workspace import ENTRY_BYTES, step_files
+from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.journal.reader import JournalReader
 
 browser = test_report.browser
 pytestmark = pytest.mark.slow
@@ -90,3 +93,15 @@ def test_a_write_into_a_secret_file_shows_neither_its_content_nor_its_arguments(
     assert "looks like a secret" in card.text and PASSWORD not in html.unescape(
         card.get_attribute("innerHTML")
     )
+
+
+def test_files_without_a_diff_count_against_the_pages_cap(hostile):
+    """400 empty files cost no diff line: they were all given whatever the page's budget. Each
+    entry now costs its path and :data:`ENTRY_BYTES`: the budget holds, the rest are counted."""
+    journal, run = hostile
+    budget = 50 * (ENTRY_BYTES + len("many/f100.txt"))
+    with JournalReader(journal) as r:
+        found = step_files(r, run, trajectory_from_journal(r, run).meta, page_bytes=budget)
+    shown = found.files[1]
+    assert found.capped and 40 <= len(shown) <= 60, len(shown)
+    assert len(shown) + found.more[1] == EMPTY_FILES + 1  # and .env

@@ -20,10 +20,10 @@ Per step, each path whose content, kind or link target changed: ``{"path", "chan
   ``withheld``, :func:`~pvisor.journal.redact.secret_file`), or one whose stored content the
   journal's redaction would withhold now: ``secret`` true, named only, never any content.
 
-The page's files are capped: once :data:`PAGE_BYTES` bytes of diff lines are given, later files
-are left out, counted in their step's ``files_more`` (and ``capped`` is true). Paths come in
-path order per step. This module reads the journal only (it imports no replay code: the layers
-of pyproject.toml's import contracts).
+The page's files are capped: once :data:`PAGE_BYTES` bytes of diff lines and entries (each its
+path and :data:`ENTRY_BYTES`) are given, later files are left out, counted in their step's
+``files_more`` (and ``capped`` is true). Paths come in path order per step. This module reads
+the journal only (it imports no replay code: the layers of pyproject.toml's import contracts).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pvisor.journal.snapshots import EntryKind, Manifest, SnapshotKind, withhold
 
 #: lines of one file's diff shown
 DIFF_LINES = 200
-#: bytes of diff lines one page shows in all (the files past it: ``files_more``)
+#: bytes of diff lines and entries one page shows in all (the files past it: ``files_more``)
 PAGE_BYTES = 1 << 20
 #: a file larger than this (either side) is named only: reading it would cost more than it shows
 MAX_FILE_BYTES = 1 << 20
@@ -47,6 +47,8 @@ MAX_FILE_BYTES = 1 << 20
 NO_WORKSPACE_REASON = "--no-workspace"
 #: ``workspace.reason`` of a run without a snapshot (``--no-snapshots``, a gateway capture)
 NO_SNAPSHOTS_REASON = "no snapshots"
+#: bytes one file's entry costs the page's budget besides its path and its diff (its fields)
+ENTRY_BYTES = 96
 
 
 @dataclass
@@ -113,7 +115,7 @@ def step_files(
 ) -> StepFiles:
     """The files each step of ``run_id`` changed (module docstring; ``meta``: the run's journal
     trajectory's, as :func:`bound_steps` reads it), at most ``page_bytes`` bytes of diff lines
-    in all. A snapshot whose manifest cannot be read leaves its two steps without files (their
+    and entries in all. A snapshot whose manifest cannot be read leaves its two steps without files (their
     ``files`` None)."""
     found = StepFiles()
     snaps = reader.snapshots(run_id)
@@ -178,6 +180,8 @@ def _changes(reader: JournalReader, a: Manifest, b: Manifest, budget: list[int])
             continue
         change = "added" if was is None else "removed" if now is None else "changed"
         item = {"path": path, "change": change, "binary": False, "secret": secret, "diff": None, "more": 0}
+        # an entry costs the page without a diff too: 100,000 empty or binary files are 10 MB
+        budget[0] -= len(path) + ENTRY_BYTES
         if not secret:
             _fill_diff(reader, item, was, now, budget)
         out.append(item)
