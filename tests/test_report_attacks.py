@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from test_gateway_cli import ENV
 
 import test_report
 from pvisor.adapters.exports.report_document import WITHHELD
-from pvisor.adapters.exports.report_workspace import ENTRY_BYTES, step_files
+from pvisor.adapters.exports.report_workspace import ENTRY_BYTES, UNREAD_REASON, step_files
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.journal.reader import JournalReader
 
@@ -105,3 +107,26 @@ def test_files_without_a_diff_count_against_the_pages_cap(hostile):
     shown = found.files[1]
     assert found.capped and 40 <= len(shown) <= 60, len(shown)
     assert len(shown) + found.more[1] == EMPTY_FILES + 1  # and .env
+
+
+def test_snapshots_that_cannot_be_read_are_said(hostile, tmp_path):
+    """Every walk failed: the page said the files were shown and showed none; it says why now.
+    The manifest's blob of the workspace before step 1 gone: step 1 is counted as unread."""
+    journal, run = hostile
+    failed = tmp_path / "failed.sqlite"
+    shutil.copy(journal, failed)
+    with sqlite3.connect(failed) as c:
+        c.execute("UPDATE snapshots SET manifest = NULL, error = 'walk failed: Permission denied'")
+    doc, _ = page_data(failed, run, tmp_path / "failed.html")
+    w = doc["workspace"]
+    assert not w["shown"] and w["reason"] == f"{UNREAD_REASON}: walk failed: Permission denied"
+    damaged = tmp_path / "damaged.sqlite"
+    shutil.copy(journal, damaged)
+    with sqlite3.connect(damaged) as c:
+        c.execute("PRAGMA foreign_keys = OFF")
+        # a blob the journal does not hold (deleting the real one loses later manifests too:
+        # they are stored as its deltas)
+        c.execute(f"UPDATE snapshots SET manifest = '{'0' * 64}' WHERE after_step = 0")
+    doc, _ = page_data(damaged, run, tmp_path / "damaged.html")
+    assert doc["workspace"]["shown"] and doc["workspace"]["unread"] == 1
+    assert [s["files"] for s in steps_of(doc)] == [None, []]

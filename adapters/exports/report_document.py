@@ -516,17 +516,23 @@ def _attach_files(
     reader: JournalReader, run_id: str, rows: list[dict[str, Any]], traj: Any, shown: bool
 ) -> dict[str, Any]:
     """Each step's ``files`` and ``files_more`` (:func:`~.report_workspace.step_files`), or None
-    and 0 when not shown; returns ``doc["workspace"]``."""
+    and 0 when not shown; returns ``doc["workspace"]`` (``unread``: the steps whose snapshots
+    could not be read, :attr:`~.report_workspace.StepFiles.unread`)."""
     steps = [r["step"] for r in rows if "step" in r]
     for step in steps:
         step["files"], step["files_more"] = None, 0
     if not shown:
-        return {"shown": False, "reason": NO_WORKSPACE_REASON, "capped": False}
+        return {"shown": False, "reason": NO_WORKSPACE_REASON, "capped": False, "unread": 0}
     found = step_files(reader, run_id, traj.meta)
     for step in steps:
         if step["n"] in found.files:
             step["files"], step["files_more"] = found.files[step["n"]], found.more.get(step["n"], 0)
-    return {"shown": found.reason is None, "reason": found.reason, "capped": found.capped}
+    return {
+        "shown": found.reason is None,
+        "reason": found.reason,
+        "capped": found.capped,
+        "unread": found.unread,
+    }
 
 
 def _row(

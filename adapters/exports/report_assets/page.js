@@ -238,6 +238,7 @@ function overview() {
   const w = doc.workspace;
   if (w && !w.shown && w.reason) box.append(el("p", {class: "note", id: "workspace-note", text: `workspace changes not shown: ${w.reason}`}));
   else if (w && w.capped) box.append(el("p", {class: "note", id: "workspace-note", text: "workspace changes: the page's cap was reached, later steps' files are named only"}));
+  if (w && w.shown && w.unread) box.append(el("p", {class: "note", id: "workspace-unread", text: `workspace changes of ${fmtN(w.unread)} step(s) not shown: a snapshot could not be read`}));
 }
 
 // ---- a step's card
