@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import orjson
 import pytest
 from agent_helpers import capture_scripted
 from cli_helpers import pvisor_main
@@ -24,7 +25,9 @@ import test_report
 from pvisor.adapters.exports.report_document import WITHHELD
 from pvisor.adapters.exports.report_workspace import ENTRY_BYTES, UNREAD_REASON, step_files
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.writer import Journal
 
 browser = test_report.browser
 pytestmark = pytest.mark.slow
@@ -130,3 +133,25 @@ def test_snapshots_that_cannot_be_read_are_said(hostile, tmp_path):
     doc, _ = page_data(damaged, run, tmp_path / "damaged.html")
     assert doc["workspace"]["shown"] and doc["workspace"]["unread"] == 1
     assert [s["files"] for s in steps_of(doc)] == [None, []]
+
+
+def test_a_usage_that_is_not_a_count_is_not_shown_as_one(browser, tmp_path):
+    """A reply whose ``input_tokens`` is markup and ``output_tokens`` a list: the page read the
+    raw usage and showed ``tokens in <img ...> / out 1,2``; a step without counts says so."""
+    journal = tmp_path / "j.sqlite"
+    usage = {"input_tokens": '<img src=x onerror="document.body.dataset.xss=1">', "output_tokens": [1, 2]}
+    reply = {"id": "m1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
+             "content": [{"type": "text", "text": "hi"}], "usage": usage}  # fmt: skip
+    body = orjson.dumps({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
+    with Journal.open(journal) as j:
+        j.create_run(Run(id="usage", agent="claude-code"))
+        j.record_exchange("usage", "POST", "/v1/messages", [], status=200, protocol="anthropic",
+                          request_body=body, response_body=orjson.dumps(reply))  # fmt: skip
+        j.flush()
+    page = tmp_path / "usage.html"
+    page_data(journal, "usage", page)
+    test_report.open_page(browser, page, "report-attacks-usage")
+    assert browser.find_elements("css selector", ".row[data-step='1'] .usage") == []
+    title = browser.find_element("css selector", "#chart a[data-step='1'] title").get_attribute("textContent")
+    assert title.endswith("no token usage reported"), title
+    assert browser.execute_script("return document.body.dataset.xss") is None

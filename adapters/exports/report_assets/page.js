@@ -18,8 +18,10 @@ const fmtN = (n) => n == null ? "-" : Number(n).toLocaleString("en");
 const clip = (s, n) => s.length > n ? s.slice(0, n - 1) + "…" : s;
 const usageText = (u) => {
   if (!u || typeof u !== "object") return null;
-  const inp = u.input_tokens ?? u.prompt_tokens ?? u.promptTokenCount;
-  const out = u.output_tokens ?? u.completion_tokens ?? u.candidatesTokenCount;
+  // counts only: a usage object is the model's (or a hostile journal's) JSON, any value at all
+  const num = (...vs) => vs.find(v => typeof v === "number" && isFinite(v));
+  const inp = num(u.input_tokens, u.prompt_tokens, u.promptTokenCount);
+  const out = num(u.output_tokens, u.completion_tokens, u.candidatesTokenCount);
   if (inp == null && out == null) return null;
   return `tokens in ${inp ?? "?"} / out ${out ?? "?"}`;
 };
@@ -158,7 +160,7 @@ function chart(box) {
     const s = e.step, [model, tool] = times[i], x = i * (w + gap);
     const hm = Math.max(1, Math.round((H - 6) * model / top)), ht = Math.round((H - 6) * tool / top);
     const tk = s.tokens || {}, u = usageText(s.usage);
-    const tokens = tk.in != null || tk.out != null ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : (u || "no token usage reported");
+    const tokens = tk.in != null || tk.out != null ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : ((!s.tokens && u) || "no token usage reported");
     const mk = MARKS[rowIndex.get(s.n)];
     const title = `step ${s.n}: model ${fmtMs(s.model_ms ?? e.ms)}, tools ${fmtMs(s.tool_ms)}; ${tokens}${mk.failed ? "; a call failed" : ""}${mk.divergent ? "; diverges" : ""}`;
     parts.push(`<a href="#step-${s.n}" data-step="${s.n}"><title>${title.replace(/&/g, "&amp;").replace(/</g, "&lt;")}</title>` +
@@ -354,7 +356,8 @@ function row(ex, i) {
   if (s) {
     if (s.model_ms != null || s.tool_ms != null) head.append(el("span", {class: "timing", text: `model ${fmtMs(s.model_ms)} · tools ${fmtMs(s.tool_ms)}`}));
     const tk = s.tokens;
-    const u = tk && (tk.in != null || tk.out != null) ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : usageText(s.usage);
+    // the raw usage only on a page of an older pvisor (no tokens): else its counts are these
+    const u = tk && (tk.in != null || tk.out != null) ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : tk ? null : usageText(s.usage);
     if (u) head.append(el("span", {class: "usage", text: u}));
     for (const f of s.flags) head.append(el("span", {class: "pill flag", text: f}));
     if (s.retries.length) head.append(el("span", {class: "pill flag", text: `${s.retries.length} retr${s.retries.length > 1 ? "ies" : "y"}`}));
