@@ -155,3 +155,40 @@ def test_a_usage_that_is_not_a_count_is_not_shown_as_one(browser, tmp_path):
     title = browser.find_element("css selector", "#chart a[data-step='1'] title").get_attribute("textContent")
     assert title.endswith("no token usage reported"), title
     assert browser.execute_script("return document.body.dataset.xss") is None
+
+
+def test_a_key_across_a_cut_is_not_kept_in_part(tmp_path):
+    """A body longer than ``--body-limit`` keeps its head and tail, and a tool result longer
+    than the page's text limit its two ends: a key whose tail end began inside a key kept the
+    rest of the key, with no prefix left for the redaction to know it by."""
+    key = "sk-ant-api03-" + "K7q" * 30
+    limit = 8192
+    # the request body's tail (its last limit/2 bytes) begins 14 bytes into the key
+    text = "x" * 6000 + " " + key + " "
+    body = orjson.dumps({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": text}]})
+    pad = body.find(key.encode()) + 14 + limit // 2 - len(body)
+    body = orjson.dumps(
+        {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": text + "y" * pad}]}
+    )
+    assert len(body) - limit // 2 == body.find(key.encode()) + 14
+    # a tool result of 30,000 characters whose kept tail (10,000) begins 20 characters into the key
+    result = "r" * (20_000 - 20 - 1) + " " + key + " " + "z" * (10_000 - len(key) - 1 + 20)
+    content = [{"type": "tool_use", "id": "tu_1", "name": "Bash", "input": {"command": "cat log"}}]
+    reply = {"id": "m1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "tool_use",
+             "content": content, "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+    second = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_1", "content": result}]}
+    first = orjson.loads(body)["messages"][0]
+    messages = [first, {"role": "assistant", "content": content}, second]
+    body2 = orjson.dumps({"model": "m", "max_tokens": 10, "messages": messages})
+    end = {**reply, "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        j.create_run(Run(id="cut", agent="claude-code"))
+        for b, r in ((body, reply), (body2, end)):
+            j.record_exchange("cut", "POST", "/v1/messages", [], status=200, protocol="anthropic",
+                              request_body=b, response_body=orjson.dumps(r))  # fmt: skip
+        j.flush()
+    doc, page = page_data(journal, "cut", tmp_path / "cut.html")
+    assert steps_of(doc)[0]["results"][0]["text"].count("characters left out") == 1
+    assert doc["exchanges"][0]["request"]["cut"]
+    assert "K7qK7qK7q" not in page and "REDACTED" in page

@@ -39,7 +39,7 @@ from pvisor.adapters.request_diff import report_section
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import run_lineage
-from pvisor.journal.redact import secret_file
+from pvisor.journal.redact import has_key_shape, redact_shapes, secret_file
 from pvisor.journal.reader import JournalReader
 
 #: bytes of a body a page shows by default: its head and its tail (``--body-limit``)
@@ -78,9 +78,24 @@ def _text_of(content: Any) -> str:
     return orjson.dumps(content).decode() if content is not None else ""
 
 
+#: characters either side of a cut looked at for a key-shaped token across it
+_CUT_WINDOW = 1024
+
+
+def _keys_cut(text: str, *cuts: int) -> bool:
+    """Whether a key-shaped token may lie across one of ``cuts`` (offsets into ``text``): cut
+    there, the part after its prefix would be kept with nothing left to know it by (the page's
+    redaction, :func:`~pvisor.adapters.exports.shared.shared`, finds a key by its prefix)."""
+    return any(has_key_shape(text[max(0, c - _CUT_WINDOW) : c + _CUT_WINDOW]) for c in cuts)
+
+
 def _clip_text(text: str, limit: int = _TEXT_LIMIT) -> str:
     if len(text) <= limit:
         return text
+    if _keys_cut(text, limit // 2, len(text) - limit // 2):
+        text = redact_shapes(text)  # then cut: no half of a key is kept
+        if len(text) <= limit:
+            return text
     return text[: limit // 2] + f"\n… {len(text) - limit:,} characters left out …\n" + text[-limit // 2 :]
 
 
@@ -92,11 +107,18 @@ def _body(data: bytes | None, limit: int, exchange: str, which: str) -> dict[str
         return None
     size = len(data)
     if size > limit:
-        head = limit // 2
+        head, tail = limit // 2, size - (limit - limit // 2)
+        near = data[max(0, head - _CUT_WINDOW) : head + _CUT_WINDOW] + b"\n"
+        near += data[max(0, tail - _CUT_WINDOW) : tail + _CUT_WINDOW]
+        if has_key_shape(near.decode("utf-8", "replace")):
+            # a key near a cut: redacted before cutting (_keys_cut), the left-out bytes counted after
+            data = redact_shapes(data.decode("utf-8", "replace")).encode()
+            if len(data) <= limit:
+                return {"size": size, "text": data.decode(), "cut": False}
         cut = (
             data[:head].decode("utf-8", "replace")
-            + f"\n\n… {size - limit:,} bytes left out: pvisor journal body {exchange} --{which} …\n\n"
-            + data[size - (limit - head) :].decode("utf-8", "replace")
+            + f"\n\n… {len(data) - limit:,} bytes left out: pvisor journal body {exchange} --{which} …\n\n"
+            + data[len(data) - (limit - head) :].decode("utf-8", "replace")
         )
         return {"size": size, "text": cut, "cut": True}
     return {"size": size, "text": data.decode("utf-8", "replace"), "cut": False}
