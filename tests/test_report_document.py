@@ -179,7 +179,7 @@ def test_files_each_step_changed(claude):
     the page), blob.bin (binary, named only) and big.txt (its diff cut with a "more" count)."""
     _, _, _, doc, page = claude
     s = steps_of(doc)
-    assert doc["workspace"] == {"shown": True, "reason": None, "capped": False}
+    assert doc["workspace"] == {"shown": True, "reason": None, "capped": False, "unread": 0}
     assert s[0]["files"] == [
         {"path": "notes.txt", "change": "added", "binary": False, "secret": False,
          "diff": [["@", "@@ -0,0 +1,3 @@"], ["+", "alpha"], ["+", "beta"], ["+", "gamma"]], "more": 0}
@@ -227,7 +227,7 @@ def test_the_pages_cap_leaves_files_out_and_says_so(claude):
 def test_no_workspace_leaves_the_files_out(claude, tmp_path):
     journal, run, _, _, _ = claude
     doc, page = page_data(journal, run, tmp_path / "plain.html", "--no-workspace")
-    assert doc["workspace"] == {"shown": False, "reason": "--no-workspace", "capped": False}
+    assert doc["workspace"] == {"shown": False, "reason": "--no-workspace", "capped": False, "unread": 0}
     assert all(x["files"] is None and x["files_more"] == 0 for x in steps_of(doc))
     assert '"blob.bin"' not in page and "@@ -0,0 +1,600 @@" not in page
     assert doc["totals"]["steps"] == 5  # the rest as before

@@ -21,6 +21,7 @@ The overview (issue 43) adds, all from the journal alone:
 from __future__ import annotations
 
 import enum
+import re
 import shlex
 import time
 from typing import Any
@@ -38,6 +39,7 @@ from pvisor.adapters.request_diff import report_section
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import run_lineage
+from pvisor.journal.redact import has_key_shape, redact_shapes, secret_file
 from pvisor.journal.reader import JournalReader
 
 #: bytes of a body a page shows by default: its head and its tail (``--body-limit``)
@@ -76,9 +78,24 @@ def _text_of(content: Any) -> str:
     return orjson.dumps(content).decode() if content is not None else ""
 
 
+#: characters either side of a cut looked at for a key-shaped token across it
+_CUT_WINDOW = 1024
+
+
+def _keys_cut(text: str, *cuts: int) -> bool:
+    """Whether a key-shaped token may lie across one of ``cuts`` (offsets into ``text``): cut
+    there, the part after its prefix would be kept with nothing left to know it by (the page's
+    redaction, :func:`~pvisor.adapters.exports.shared.shared`, finds a key by its prefix)."""
+    return any(has_key_shape(text[max(0, c - _CUT_WINDOW) : c + _CUT_WINDOW]) for c in cuts)
+
+
 def _clip_text(text: str, limit: int = _TEXT_LIMIT) -> str:
     if len(text) <= limit:
         return text
+    if _keys_cut(text, limit // 2, len(text) - limit // 2):
+        text = redact_shapes(text)  # then cut: no half of a key is kept
+        if len(text) <= limit:
+            return text
     return text[: limit // 2] + f"\n… {len(text) - limit:,} characters left out …\n" + text[-limit // 2 :]
 
 
@@ -90,11 +107,18 @@ def _body(data: bytes | None, limit: int, exchange: str, which: str) -> dict[str
         return None
     size = len(data)
     if size > limit:
-        head = limit // 2
+        head, tail = limit // 2, size - (limit - limit // 2)
+        near = data[max(0, head - _CUT_WINDOW) : head + _CUT_WINDOW] + b"\n"
+        near += data[max(0, tail - _CUT_WINDOW) : tail + _CUT_WINDOW]
+        if has_key_shape(near.decode("utf-8", "replace")):
+            # a key near a cut: redacted before cutting (_keys_cut), the left-out bytes counted after
+            data = redact_shapes(data.decode("utf-8", "replace")).encode()
+            if len(data) <= limit:
+                return {"size": size, "text": data.decode(), "cut": False}
         cut = (
             data[:head].decode("utf-8", "replace")
-            + f"\n\n… {size - limit:,} bytes left out: pvisor journal body {exchange} --{which} …\n\n"
-            + data[size - (limit - head) :].decode("utf-8", "replace")
+            + f"\n\n… {len(data) - limit:,} bytes left out: pvisor journal body {exchange} --{which} …\n\n"
+            + data[len(data) - (limit - head) :].decode("utf-8", "replace")
         )
         return {"size": size, "text": cut, "cut": True}
     return {"size": size, "text": data.decode("utf-8", "replace"), "cut": False}
@@ -107,14 +131,39 @@ def _call(c: Any, descriptor: Any, failed: set[str]) -> dict[str, Any]:
     (:func:`call_view`)."""
     args = c.arguments if c.arguments is not None else c.arguments_raw
     effect = descriptor.effect_of(c.name) if descriptor is not None else None
+    view = call_view(c, effect)
+    if view is not None and view.get("secret"):
+        # the file's content is what the snapshots withhold: not in the arguments either
+        args = _withheld_args(c.arguments, effect) if effect.effect is not Effect.PATCH else WITHHELD
     return {
         "id": c.id,
         "name": c.name,
         "args": _clip_text(args if isinstance(args, str) else orjson.dumps(args).decode(), 4000),
         "kind": (effect.effect if effect is not None else Effect.OTHER).value,
         "failed": c.id is not None and c.id in failed,
-        "view": call_view(c, effect),
+        "view": view,
     }
+
+
+#: the files a patch names: apply_patch's ``*** Add File: PATH`` (Update, Delete), a unified
+#: diff's ``+++ b/PATH`` and ``--- a/PATH``
+_PATCH_FILE = re.compile(r"^(?:\*\*\* (?:Add|Update|Delete) File: |\+\+\+ (?:b/)?|--- (?:a/)?)(.+)$", re.M)
+#: what stands for a text a call writes into a file that looks like a secret
+WITHHELD = "(withheld: the file looks like a secret)"
+
+
+def _withheld_args(arguments: Any, effect: Any) -> dict[str, Any]:
+    """A write's or an edit's arguments with the texts it puts into the file (its content, the
+    text it replaces and the text it puts) each :data:`WITHHELD`."""
+    roles = {effect.arg(role) for role in (Role.CONTENT, Role.OLD, Role.NEW)} - {None}
+    return {k: WITHHELD if k in roles else v for k, v in arguments.items()}
+
+
+def _secret_target(path: str, *texts: str) -> bool:
+    """Whether a file at ``path`` holding ``texts`` looks like a secret, as a snapshot's walk
+    decides it (:func:`~pvisor.journal.redact.secret_file`: its name, or a key in it)."""
+    name = path.replace("\\", "/").rpartition("/")[2]
+    return secret_file(name, "\n".join(texts).encode("utf-8", "replace")) is not None
 
 
 def call_view(c: Any, effect: Any) -> dict[str, Any] | None:
@@ -124,7 +173,9 @@ def call_view(c: Any, effect: Any) -> dict[str, Any] | None:
     "diff"}`` (the unified diff of the text it replaces against the text it puts, [kind, line]
     pairs: :func:`diff_lines`), a write ``{"path", "content"}`` (clipped), a read ``{"path"}``, a
     patch ``{"patch"}`` (clipped); None for any other kind, or when the arguments the kind needs
-    are missing or not text."""
+    are missing or not text. A write or an edit of a file that looks like a secret (its name, or a
+    key in the text it puts or replaces: the snapshots' rule) is ``{"path", "secret": True}``,
+    its texts never given; so is a patch that names such a file (the first it names)."""
     if effect is None:
         return None
     args = c.arguments if isinstance(c.arguments, dict) else {}
@@ -142,7 +193,10 @@ def call_view(c: Any, effect: Any) -> dict[str, Any] | None:
     if kind is Effect.PATCH:
         # a free-form tool (Codex's apply_patch as a Responses custom tool): the whole input
         text = arg(Role.PATCH) if effect.arg(Role.PATCH) else c.arguments_raw
-        return {"patch": _clip_text(text, 8000)} if isinstance(text, str) else None
+        if not isinstance(text, str):
+            return None
+        secret = next((p for p in _PATCH_FILE.findall(text) if _secret_target(p.strip())), None)
+        return {"path": secret.strip(), "secret": True} if secret else {"patch": _clip_text(text, 8000)}
     path = arg(Role.PATH)
     if not isinstance(path, str) or kind not in (Effect.READ, Effect.WRITE, Effect.EDIT):
         return None
@@ -150,10 +204,16 @@ def call_view(c: Any, effect: Any) -> dict[str, Any] | None:
         return {"path": path}
     if kind is Effect.WRITE:
         content = arg(Role.CONTENT)
-        return {"path": path, "content": _clip_text(content, 8000)} if isinstance(content, str) else None
+        if not isinstance(content, str):
+            return None
+        if _secret_target(path, content):
+            return {"path": path, "secret": True}
+        return {"path": path, "content": _clip_text(content, 8000)}
     old, new = arg(Role.OLD), arg(Role.NEW)
     if not (isinstance(old, str) and isinstance(new, str)):
         return None
+    if _secret_target(path, old, new):
+        return {"path": path, "secret": True}
     return {"path": path, "diff": diff_lines(old, new, _EDIT_DIFF_LINES)[0]}
 
 
@@ -477,17 +537,23 @@ def _attach_files(
     reader: JournalReader, run_id: str, rows: list[dict[str, Any]], traj: Any, shown: bool
 ) -> dict[str, Any]:
     """Each step's ``files`` and ``files_more`` (:func:`~.report_workspace.step_files`), or None
-    and 0 when not shown; returns ``doc["workspace"]``."""
+    and 0 when not shown; returns ``doc["workspace"]`` (``unread``: the steps whose snapshots
+    could not be read, :attr:`~.report_workspace.StepFiles.unread`)."""
     steps = [r["step"] for r in rows if "step" in r]
     for step in steps:
         step["files"], step["files_more"] = None, 0
     if not shown:
-        return {"shown": False, "reason": NO_WORKSPACE_REASON, "capped": False}
+        return {"shown": False, "reason": NO_WORKSPACE_REASON, "capped": False, "unread": 0}
     found = step_files(reader, run_id, traj.meta)
     for step in steps:
         if step["n"] in found.files:
             step["files"], step["files_more"] = found.files[step["n"]], found.more.get(step["n"], 0)
-    return {"shown": found.reason is None, "reason": found.reason, "capped": found.capped}
+    return {
+        "shown": found.reason is None,
+        "reason": found.reason,
+        "capped": found.capped,
+        "unread": found.unread,
+    }
 
 
 def _row(

@@ -20,10 +20,10 @@ Per step, each path whose content, kind or link target changed: ``{"path", "chan
   ``withheld``, :func:`~pvisor.journal.redact.secret_file`), or one whose stored content the
   journal's redaction would withhold now: ``secret`` true, named only, never any content.
 
-The page's files are capped: once :data:`PAGE_BYTES` bytes of diff lines are given, later files
-are left out, counted in their step's ``files_more`` (and ``capped`` is true). Paths come in
-path order per step. This module reads the journal only (it imports no replay code: the layers
-of pyproject.toml's import contracts).
+The page's files are capped: once :data:`PAGE_BYTES` bytes of diff lines and entries (each its
+path and :data:`ENTRY_BYTES`) are given, later files are left out, counted in their step's
+``files_more`` (and ``capped`` is true). Paths come in path order per step. This module reads
+the journal only (it imports no replay code: the layers of pyproject.toml's import contracts).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pvisor.journal.snapshots import EntryKind, Manifest, SnapshotKind, withhold
 
 #: lines of one file's diff shown
 DIFF_LINES = 200
-#: bytes of diff lines one page shows in all (the files past it: ``files_more``)
+#: bytes of diff lines and entries one page shows in all (the files past it: ``files_more``)
 PAGE_BYTES = 1 << 20
 #: a file larger than this (either side) is named only: reading it would cost more than it shows
 MAX_FILE_BYTES = 1 << 20
@@ -47,6 +47,11 @@ MAX_FILE_BYTES = 1 << 20
 NO_WORKSPACE_REASON = "--no-workspace"
 #: ``workspace.reason`` of a run without a snapshot (``--no-snapshots``, a gateway capture)
 NO_SNAPSHOTS_REASON = "no snapshots"
+#: ``workspace.reason`` of a run whose snapshots no step's files could be read from (each walk
+#: failed, the manifests are damaged), followed by the first error
+UNREAD_REASON = "no snapshot could be read"
+#: bytes one file's entry costs the page's budget besides its path and its diff (its fields)
+ENTRY_BYTES = 96
 
 
 @dataclass
@@ -59,6 +64,9 @@ class StepFiles:
     more: dict[int, int] = field(default_factory=dict)
     capped: bool = False
     reason: str | None = None
+    #: steps left without files because the snapshot before or after them has no readable
+    #: manifest (its walk failed, or the journal is damaged)
+    unread: int = 0
 
 
 def diff_lines(before: str, after: str, limit: int) -> tuple[list[list[str]], int]:
@@ -113,8 +121,9 @@ def step_files(
 ) -> StepFiles:
     """The files each step of ``run_id`` changed (module docstring; ``meta``: the run's journal
     trajectory's, as :func:`bound_steps` reads it), at most ``page_bytes`` bytes of diff lines
-    in all. A snapshot whose manifest cannot be read leaves its two steps without files (their
-    ``files`` None)."""
+    and entries in all. A snapshot whose manifest cannot be read leaves its two steps without files (their
+    ``files`` None, counted in ``unread``); when no step has files, ``reason`` says why
+    (:data:`UNREAD_REASON` and the first error)."""
     found = StepFiles()
     snaps = reader.snapshots(run_id)
     if not snaps:
@@ -122,28 +131,35 @@ def step_files(
         return found
     after = bound_steps(snaps, meta)
     manifests: dict[str, Manifest | None] = {}
+    errors: list[str] = [s.error or "the walk failed" for s in snaps if s.digest is None]
 
     def manifest(snap: Any) -> Manifest | None:
         if snap.id not in manifests:
             try:
                 manifests[snap.id] = withhold_secret_names(reader.manifest(snap))
-            except PvisorError:  # a damaged or missing manifest: those steps show no files
+            except PvisorError as exc:  # a damaged or missing manifest: those steps show no files
                 manifests[snap.id] = None
+                errors.append(exc.message)
         return manifests[snap.id]
 
     budget = [page_bytes]
-    for d in meta.get("steps") or []:
+    steps = meta.get("steps") or []
+    for d in steps:
         n = d["n"]
         if n - 1 not in after or n not in after:
             continue
         a, b = manifest(after[n - 1]), manifest(after[n])
         if a is None or b is None:
+            found.unread += 1
             continue
         files, more = _changes(reader, a, b, budget)
         found.files[n] = files
         if more:
             found.more[n] = more
             found.capped = True
+    if steps and not found.files and errors:
+        # snapshots, but none a step's files could be read from: say why rather than nothing
+        found.reason = f"{UNREAD_REASON}: {errors[0]}"
     return found
 
 
@@ -178,6 +194,8 @@ def _changes(reader: JournalReader, a: Manifest, b: Manifest, budget: list[int])
             continue
         change = "added" if was is None else "removed" if now is None else "changed"
         item = {"path": path, "change": change, "binary": False, "secret": secret, "diff": None, "more": 0}
+        # an entry costs the page without a diff too: 100,000 empty or binary files are 10 MB
+        budget[0] -= len(path) + ENTRY_BYTES
         if not secret:
             _fill_diff(reader, item, was, now, budget)
         out.append(item)

@@ -18,8 +18,10 @@ const fmtN = (n) => n == null ? "-" : Number(n).toLocaleString("en");
 const clip = (s, n) => s.length > n ? s.slice(0, n - 1) + "…" : s;
 const usageText = (u) => {
   if (!u || typeof u !== "object") return null;
-  const inp = u.input_tokens ?? u.prompt_tokens ?? u.promptTokenCount;
-  const out = u.output_tokens ?? u.completion_tokens ?? u.candidatesTokenCount;
+  // counts only: a usage object is the model's (or a hostile journal's) JSON, any value at all
+  const num = (...vs) => vs.find(v => typeof v === "number" && isFinite(v));
+  const inp = num(u.input_tokens, u.prompt_tokens, u.promptTokenCount);
+  const out = num(u.output_tokens, u.completion_tokens, u.candidatesTokenCount);
   if (inp == null && out == null) return null;
   return `tokens in ${inp ?? "?"} / out ${out ?? "?"}`;
 };
@@ -158,7 +160,7 @@ function chart(box) {
     const s = e.step, [model, tool] = times[i], x = i * (w + gap);
     const hm = Math.max(1, Math.round((H - 6) * model / top)), ht = Math.round((H - 6) * tool / top);
     const tk = s.tokens || {}, u = usageText(s.usage);
-    const tokens = tk.in != null || tk.out != null ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : (u || "no token usage reported");
+    const tokens = tk.in != null || tk.out != null ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : ((!s.tokens && u) || "no token usage reported");
     const mk = MARKS[rowIndex.get(s.n)];
     const title = `step ${s.n}: model ${fmtMs(s.model_ms ?? e.ms)}, tools ${fmtMs(s.tool_ms)}; ${tokens}${mk.failed ? "; a call failed" : ""}${mk.divergent ? "; diverges" : ""}`;
     parts.push(`<a href="#step-${s.n}" data-step="${s.n}"><title>${title.replace(/&/g, "&amp;").replace(/</g, "&lt;")}</title>` +
@@ -238,6 +240,7 @@ function overview() {
   const w = doc.workspace;
   if (w && !w.shown && w.reason) box.append(el("p", {class: "note", id: "workspace-note", text: `workspace changes not shown: ${w.reason}`}));
   else if (w && w.capped) box.append(el("p", {class: "note", id: "workspace-note", text: "workspace changes: the page's cap was reached, later steps' files are named only"}));
+  if (w && w.shown && w.unread) box.append(el("p", {class: "note", id: "workspace-unread", text: `workspace changes of ${fmtN(w.unread)} step(s) not shown: a snapshot could not be read`}));
 }
 
 // ---- a step's card
@@ -269,7 +272,8 @@ function call(s, c) {
     else box.append(el("code", {class: "cmd", text: v.command}), ")");
   } else if (v && typeof v.path === "string") {
     box.append(el("span", {class: "path", text: v.path}), ")");
-    if (Array.isArray(v.diff)) below = diffPre(v.diff, "edit");
+    if (v.secret) below = el("div", {class: "note secret", text: "🔒 the file looks like a secret: its content is not shown"});
+    else if (Array.isArray(v.diff)) below = diffPre(v.diff, "edit");
     else if (typeof v.content === "string") below = el("pre", {class: "file", text: v.content});
   } else if (v && typeof v.patch === "string") {
     box.append(")"); below = patchPre(v.patch);
@@ -352,7 +356,8 @@ function row(ex, i) {
   if (s) {
     if (s.model_ms != null || s.tool_ms != null) head.append(el("span", {class: "timing", text: `model ${fmtMs(s.model_ms)} · tools ${fmtMs(s.tool_ms)}`}));
     const tk = s.tokens;
-    const u = tk && (tk.in != null || tk.out != null) ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : usageText(s.usage);
+    // the raw usage only on a page of an older pvisor (no tokens): else its counts are these
+    const u = tk && (tk.in != null || tk.out != null) ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : tk ? null : usageText(s.usage);
     if (u) head.append(el("span", {class: "usage", text: u}));
     for (const f of s.flags) head.append(el("span", {class: "pill flag", text: f}));
     if (s.retries.length) head.append(el("span", {class: "pill flag", text: `${s.retries.length} retr${s.retries.length > 1 ? "ies" : "y"}`}));
