@@ -33,10 +33,14 @@ class Named:
 def parse_side(which: str, given: str, default_journal: str) -> Named:
     """``[JOURNAL:]ID[@N]`` split: the journal at the last colon, the attempt after ``@``.
     UsageError naming ``which`` (``A`` or ``B``) for an empty part, an id of other characters,
-    or an attempt that is no number of at least 1."""
+    or an attempt that is no number of at least 1; for an argument that holds a key-shaped token
+    anywhere (id or journal path), checked first and never shown (``A holds a key-shaped token
+    (not shown): ...``, :func:`~pvisor.commands.params.refuse_key_shaped`)."""
+    from pvisor.commands.params import refuse_key_shaped
     from pvisor.journal.model import is_run_id
     from pvisor.journal.paths import plain_path, require_utf8
 
+    refuse_key_shaped(which, given, "an exchange or run id")
     require_utf8(which, given)
     journal, sep, ident = given.rpartition(":")
     if not sep:
@@ -58,7 +62,8 @@ def parse_side(which: str, given: str, default_journal: str) -> Named:
     if not is_run_id(ident):
         raise UsageError(
             f"{which} {one_line(given)}: {one_line(ident)!s} is not an exchange or run id "
-            "(letters, digits, '.', '_' and '-'); name a journal as JOURNAL:ID"
+            "(letters, digits, '.', '_' and '-', at most 128, starting with a letter or digit); "
+            "name a journal as JOURNAL:ID"
         )
     journal = plain_path(journal)
     if os.path.isdir(journal):
