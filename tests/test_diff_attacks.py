@@ -259,7 +259,7 @@ def test_runs_with_no_main_loop_request_are_named_so(tmp_path):
         full = next(run.id for run in r.runs() if run.id.startswith("pair-a-"))
     p = cli(j, full, "r-empty-b")
     assert p.returncode == 1 and p.stdout.splitlines() == [
-        "steps 1 only in A",
+        "step 1 only in A",
         "run B has no main-loop request",
     ], p.stdout
     # an attempt that sent nothing, against the attempt it resumes: no request where A has one

@@ -65,10 +65,19 @@ def parse_side(which: str, given: str, default_journal: str) -> Named:
             "(letters, digits, '.', '_' and '-', at most 128, starting with a letter or digit); "
             "name a journal as JOURNAL:ID"
         )
-    journal = plain_path(journal)
+    journal = _absolute(plain_path(journal))
     if os.path.isdir(journal):
         raise UsageError(f"{which}: journal {one_line(journal)} is a directory, expected a journal file")
     return Named(given, journal, ident, attempt)
+
+
+def _absolute(path: str) -> str:
+    """``path`` absolute, as the default journal is, so that both sides' journals are named
+    alike (``--json``'s ``journal``); as given when the working directory is gone."""
+    try:
+        return os.path.abspath(path)
+    except OSError:  # getcwd() of a deleted directory
+        return path
 
 
 def resolve(reader: Any, side: Named, which: str) -> tuple[str, Any]:
@@ -182,7 +191,17 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
 
 
 def _exchange_json(reader: Any, ex: Any) -> dict[str, Any]:
-    return {"journal": reader.path, "exchange": ex.id, "run": ex.run, "attempt": ex.attempt, "seq": ex.seq}
+    """One side's names; ``attempt`` None for an exchange of a run with no attempt (a bare
+    ``pvisor gateway`` capture: the journal's attempt column then says 1 though none ran)."""
+    attempts = reader.attempts(ex.run) if ex.run and reader.run_exists(ex.run) else []
+    attempted = any(a.n == ex.attempt for a in attempts)
+    return {
+        "journal": reader.path,
+        "exchange": ex.id,
+        "run": ex.run,
+        "attempt": ex.attempt if attempted else None,
+        "seq": ex.seq,
+    }
 
 
 def _exchange_lines(found: Any) -> list[str]:
