@@ -19,7 +19,7 @@
 - **cache**: what B can reuse of A's prompt in the provider's prompt cache, by the protocol's
   ``PROMPT_CACHE`` fact (its rule, cited there): ``breakpoints`` (Anthropic: the longest prefix
   that ends at a ``cache_control`` breakpoint of A before the first difference and that a
-  breakpoint of B reaches within its lookback, :func:`_breakpoint_reuse`),
+  breakpoint of B reaches within its lookback, :mod:`.request_cache`),
   ``increments`` (OpenAI: the common prefix, from 1,024 tokens, in 128-token increments),
   ``prefix`` (Gemini's implicit caching: the common prefix past a minimum; not documented
   further, so always an estimate). Bytes are counted in the prompt's own order (each block as
@@ -47,13 +47,21 @@ import orjson
 
 from pvisor.adapters.matcher import first_difference
 from pvisor.adapters.protocols import get_protocol
-from pvisor.adapters.protocols.base import ParseMemo, TokenUsage
+from pvisor.adapters.protocols.base import ParseMemo
+from pvisor.adapters.request_cache import (
+    BYTES_PER_TOKEN,
+    Block,
+    cache_sentence,
+    canonical,
+    first_differing_byte,
+    param_differs,
+    prompt_cache,
+)
+from pvisor.adapters.request_diff_paths import RunPaths, run_directories
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Conversation, Exchange
 from pvisor.journal.redact import redact_document, redact_path
 
-#: bytes per token of the estimate (the scripted model counts a quarter of a body's bytes)
-BYTES_PER_TOKEN = 4
 #: characters of expected/got shown
 SHOWN = 120
 #: the deepest nesting a body is read to (orjson writes no deeper): a deeper body is compared
@@ -70,29 +78,6 @@ class DiffVerdict(str, enum.Enum):
 
 
 @dataclass(slots=True)
-class Block:
-    """One block of a prompt in reading order: ``path`` (``tools[2]``, ``system[0]``,
-    ``messages[3].parts[1]``), ``message``/``part`` indices (None outside the messages),
-    ``field`` (``model``, ``tools``, ``system``, ``role``, ``text``, ``tool_call``,
-    ``tool_result``, ``reasoning`` or a part's own kind), ``value`` (the provider JSON, marker
-    left out), ``key`` (its canonical bytes: sorted keys), ``marker`` (it carried the protocol's
-    cache marker; ``auto``: placed by the request's top-level marker, :func:`with_automatic`)."""
-
-    path: str
-    message: int | None
-    part: int | None
-    field: str
-    value: Any
-    key: bytes
-    marker: bool = False
-    auto: bool = False  #: the marker is the request's own (automatic caching), not the block's
-
-    @property
-    def size(self) -> int:
-        return len(self.key)
-
-
-@dataclass(slots=True)
 class Structure:
     """Where two prompts part, in the manner of the matcher's divergences."""
 
@@ -103,6 +88,8 @@ class Structure:
     expected: str | None
     got: str | None
     reason: str
+    #: the blocks differ only in each run's own directories (:mod:`.request_diff_paths`)
+    run_paths: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,6 +100,7 @@ class Structure:
             "expected": self.expected,
             "got": self.got,
             "reason": self.reason,
+            "run_paths": self.run_paths,
         }
 
     def sentence(self) -> str:
@@ -137,6 +125,14 @@ class RequestDiff:
     cache: dict[str, Any] | None = None
     note: str | None = None
     extends: bool = False
+    #: the first difference of each part of the prompt (model, tools, system, messages), and
+    #: those made only of the runs' own directories before it, then the first parameter that
+    #: differs; ``structure`` first
+    differences: list[Structure] = field(default_factory=list)
+    #: every block of the prompt that differs differs only in each run's own directories, and
+    #: no parameter the cache keys the messages on differs (the prompts say the same; another
+    #: parameter, no part of the prompt, may: Anthropic's ``metadata`` names each run's session)
+    only_run_paths: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +141,8 @@ class RequestDiff:
             "a_bytes": self.a_bytes,
             "b_bytes": self.b_bytes,
             "structure": self.structure.to_json() if self.structure is not None else None,
+            "differences": [d.to_json() for d in self.differences],
+            "only_run_paths": self.only_run_paths,
             "cache": self.cache,
             "note": self.note,
             "extends": self.extends,
@@ -154,28 +152,31 @@ class RequestDiff:
         """One line: the verdict, the byte, the structure, the cache figures."""
         if self.verdict is DiffVerdict.SAME:
             return f"same bytes ({self.a_bytes:,} bytes)"
-        text = (
-            f"{self.verdict.value}: bodies part at byte {self.first_byte:,} "
-            f"(A {self.a_bytes:,} bytes, B {self.b_bytes:,})"
+        text = f"{self.verdict.value}{ONLY_RUN_PATHS if self.only_run_paths else ''}: " + (
+            f"bodies part at byte {self.first_byte:,} (A {self.a_bytes:,} bytes, B {self.b_bytes:,})"
         )
         if self.note:
             text += f"; {self.note}"
         if self.structure is not None:
             text += f"; {self.structure.sentence()}"
+        for more in self.differences[1:]:
+            text += f"; then {more.sentence()}"
         if self.cache is not None:
             text += f"; {cache_sentence(self.cache)}"
         return text
 
 
-def cache_sentence(cache: dict[str, Any]) -> str:
-    """``cache: 41,200 of 52,010 prompt bytes reusable (up to messages[6].parts[0]); 2,702
-    tokens after them (estimate)``."""
-    upto = f" (up to {cache['reused_upto']})" if cache.get("reused_upto") else ""
-    mark = " (estimate)" if cache["estimate"] else f" ({cache['basis']})"
-    return (
-        f"cache: {cache['reusable_bytes']:,} of {cache['prompt_bytes']:,} prompt bytes reusable{upto}; "
-        f"{cache['tokens_reused']:,} tokens reused, {cache['tokens_after']:,} after{mark}"
-    )
+#: how a step says that its requests differ only in each run's own directories
+ONLY_RUN_PATHS = " only in the runs' own directories"
+#: how a difference made of them is named
+RUN_PATHS_REASON = "differs only in the runs' own directories (pvisor's private home of each run)"
+#: differences named per pair of requests at most (``differences``)
+MAX_DIFFERENCES = 6
+
+
+def plural(n: int, word: str) -> str:
+    """``1 block``, ``2 blocks``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 # --------------------------------------------------------------------------- reading a prompt
@@ -186,10 +187,6 @@ def _strip(value: Any, marker: str | None) -> tuple[Any, bool]:
     if marker and isinstance(value, dict) and marker in value:
         return {k: v for k, v in value.items() if k != marker}, True
     return value, False
-
-
-def _key(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
 
 
 def _part_value(p: Any) -> Any:
@@ -219,7 +216,7 @@ def prompt_blocks(conv: Conversation, marker: str | None, seen: dict | None = No
 
     def add(path: str, message: int | None, part: int | None, fld: str, value: Any) -> None:
         value, marked = _strip(value, marker)
-        blocks.append(Block(path, message, part, fld, value, _key(value), marked))
+        blocks.append(Block(path, message, part, fld, value, canonical(value), marked))
 
     if conv.model is not None:
         add("model", None, None, "model", conv.model)
@@ -264,22 +261,6 @@ def with_automatic(blocks: list[Block], conv: Conversation, marker: str | None) 
     return blocks
 
 
-def _first_differing_byte(a: bytes, b: bytes) -> int | None:
-    """The first index where ``a`` and ``b`` differ (the shorter one's length when one is a
-    prefix of the other), None when equal. Halving compares slices (memcmp), never a Python
-    loop over bytes."""
-    if a == b:
-        return None
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:  # invariant: a[:lo] == b[:lo]
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 # --------------------------------------------------------------------------- comparing
 
 
@@ -287,8 +268,10 @@ def _find(blocks: list[Block], key: bytes, start: int) -> int | None:
     return next((i for i in range(start, len(blocks)) if blocks[i].key == key), None)
 
 
-def _structure(a: list[Block], b: list[Block], d: int) -> Structure:
-    """The structure sentence of the first differing block ``d`` (one side may have ended)."""
+def _structure(a: list[Block], b: list[Block], d: int, scope: str = "") -> Structure:
+    """The structure sentence of the first differing block ``d`` (one side may have ended);
+    ``scope``: the part of the prompt ``a`` and ``b`` are (``messages``), or the whole."""
+    of = f" of the {scope}" if scope else ""
     if d >= len(a):
         blk = b[d]
         more = len(b) - d
@@ -299,7 +282,7 @@ def _structure(a: list[Block], b: list[Block], d: int) -> Structure:
             blk.field,
             "(end of A)",
             _shown(blk.value),
-            f"B extends A: {more} more block(s) after A's {len(a)}",
+            f"B extends A: {plural(more, 'more block')}{of} after A's {plural(len(a), 'block')}",
         )
     if d >= len(b):
         blk = a[d]
@@ -310,7 +293,7 @@ def _structure(a: list[Block], b: list[Block], d: int) -> Structure:
             blk.field,
             _shown(blk.value),
             "(end of B)",
-            f"B ends here: A's {len(a) - d} block(s) from {blk.path} on are missing",
+            f"B ends here: A's {plural(len(a) - d, 'block')}{of} from {blk.path} on are missing",
         )
     x, y = a[d], b[d]
     moved_to = _find(b, x.key, d + 1)
@@ -325,6 +308,50 @@ def _structure(a: list[Block], b: list[Block], d: int) -> Structure:
         reason = f"the {y.field.replace('_', ' ')} differs"
     expected, got = _difference(x.value, y.value)
     return Structure(y.path, y.message, y.part, y.field, expected, got, reason)
+
+
+def _section(blk: Block) -> str:
+    """The part of the prompt a block is in: ``model``, ``tools``, ``system``, ``messages``."""
+    return "messages" if blk.message is not None else blk.field
+
+
+def _only_paths(x: Block, y: Block, paths: tuple[RunPaths, RunPaths] | None) -> bool:
+    """Whether blocks ``x`` (A's) and ``y`` (B's) are equal once each run's own directories
+    are placeholders (:meth:`RunPaths.replace`)."""
+    return bool(paths) and paths[0].replace(x.key) == paths[1].replace(y.key)
+
+
+def _named(s: Structure, run_paths: bool) -> Structure:
+    if run_paths:
+        s.run_paths, s.reason = True, f"the {s.field.replace('_', ' ')} {RUN_PATHS_REASON}"
+    return s
+
+
+def _differences(
+    a: list[Block], b: list[Block], d: int, paths: tuple[RunPaths, RunPaths] | None
+) -> list[Structure]:
+    """The first difference of each part of the prompt from block ``d`` on (model, tools,
+    system, messages: each part is compared on its own, so that a system prompt that differs
+    does not hide the message that does), and in a part the differences made only of the runs'
+    own directories (:func:`_only_paths`) up to the first that is not; at most
+    :data:`MAX_DIFFERENCES`. Blocks come in those parts' order, each part contiguous."""
+    out: list[Structure] = []
+    parts: dict[str, tuple[list[Block], list[Block]]] = {}
+    for side, blocks in ((0, a), (1, b)):
+        for blk in blocks[d:]:
+            parts.setdefault(_section(blk), ([], []))[side].append(blk)
+    for scope, (sa, sb) in parts.items():
+        i, common = 0, min(len(sa), len(sb))
+        while len(out) < MAX_DIFFERENCES:
+            i = next((k for k in range(i, common) if sa[k].key != sb[k].key), common)
+            if i >= max(len(sa), len(sb)):
+                break
+            own = i < common and _only_paths(sa[i], sb[i], paths)
+            out.append(_named(_structure(sa, sb, i, scope), own))
+            if not own:
+                break
+            i += 1
+    return out
 
 
 def _difference(expected: Any, got: Any, where: str = "") -> tuple[str, str]:
@@ -344,16 +371,10 @@ def _params(conv: Conversation) -> dict[str, Any]:
     return dict(conv.params, stream=conv.stream)
 
 
-def _param_differs(pa: dict, pb: dict, name: str) -> bool:
-    """Whether parameter ``name`` differs as the provider reads it (canonical bytes: ``true`` is
-    not ``1``), one side lacking it included."""
-    return (name in pa) != (name in pb) or (name in pa and _key(pa[name]) != _key(pb[name]))
-
-
 def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
     pa, pb = _params(ca), _params(cb)
     for name in [*pa, *(k for k in pb if k not in pa)]:
-        if _param_differs(pa, pb, name):
+        if param_differs(pa, pb, name):
             # one key each (or none): the matcher's view names a side that lacks it "(absent)"
             only_a, only_b = ({name: p[name]} if name in p else {} for p in (pa, pb))
             exp, got = _difference(only_a, only_b)
@@ -367,148 +388,6 @@ def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
                 f"the parameter {name} differs (the prompt is the same)",
             )
     return None
-
-
-def _usage(mod: Any, usage_b: Any) -> TokenUsage | None:
-    if usage_b is None:
-        return None
-    usage = mod.normalised_usage(usage_b)
-    return usage if usage.cached_input_tokens is not None else None
-
-
-#: blocks of the prompt that are no content block of the provider's (the lookback counts
-#: content blocks: tools, system blocks, message parts)
-_NOT_CONTENT = ("model", "role")
-
-
-def _mark_path(blk: Block) -> str:
-    return f"{blk.path} (automatic)" if blk.auto else blk.path
-
-
-def _marks(blocks: list[Block]) -> list[int]:
-    return [i for i, blk in enumerate(blocks) if blk.marker]
-
-
-def _breakpoint_reuse(mod: Any, a: list[Block], b: list[Block], d: int, starts: list[int]) -> tuple[int, str]:
-    """The bytes of B's prompt (in reading order) the cache serves by the ``breakpoints`` rule,
-    and the basis sentence. Anthropic's prompt caching guide
-    (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching, "How automatic prefix
-    checking works"): a request reads the cache only at its own ``cache_control`` breakpoints,
-    each checking the block boundaries up to about 20 content blocks before it for a prefix an
-    earlier request cached at one of its breakpoints ("The automatic prefix checking only looks
-    back approximately 20 content blocks from each explicit breakpoint"). So the reusable prefix
-    is the longest that (a) ends at a breakpoint of A (an entry A wrote), (b) lies before the
-    first differing block ``d``, and (c) is reached by a breakpoint of B at or after it within
-    ``PROMPT_CACHE["lookback_blocks"]`` content blocks (tools, system blocks, message parts; the
-    model and a message's role are no blocks); else 0."""
-    fact = mod.PROMPT_CACHE
-    lookback, marker = fact["lookback_blocks"], fact["marker"]
-    marks_b = _marks(b)
-    if not marks_b:
-        return 0, f"{mod.TITLE}: B sets no {marker} breakpoint: it reads no cache"
-    marks_a = [j for j in _marks(a) if j < d]
-    if not marks_a:
-        return 0, f"{mod.TITLE}: A sets no {marker} breakpoint before the first difference"
-    pos = [0]  # pos[i + 1]: content blocks in b[: i + 1]
-    for blk in b:
-        pos.append(pos[-1] + (blk.field not in _NOT_CONTENT))
-    for j in reversed(marks_a):
-        k = next((k for k in marks_b if k >= j and pos[k + 1] - pos[j + 1] <= lookback), None)
-        if k is not None:
-            return starts[j + 1], (
-                f"{mod.TITLE}: up to A's breakpoint at {_mark_path(a[j])}, read by B's breakpoint at "
-                f"{_mark_path(b[k])} (B's breakpoints look back {lookback} blocks)"
-            )
-    return 0, (
-        f"{mod.TITLE}: no breakpoint of B reaches back to A's breakpoints before the first difference "
-        f"(the last at {a[marks_a[-1]].path}; B's breakpoints look back {lookback} blocks)"
-    )
-
-
-def _messages_invalidated(fact: Any, a: list[Block], b: list[Block], d: int, params: Any) -> str | None:
-    """Why the provider drops the messages' cache though tools and system stay cached, or None:
-    a top-level parameter of ``PROMPT_CACHE["messages_invalidated_by"]`` differs (Anthropic
-    ``tool_choice``, ``thinking``), or the number of blocks of a type of
-    ``messages_invalidated_by_blocks`` (images) differs, anywhere in the messages (the blocks
-    before ``d`` are the same on both sides: only the rest is counted). ``params``: both
-    sides' parameters (:func:`_params`)."""
-    for name in fact.get("messages_invalidated_by", ()):
-        if _param_differs(*params, name):
-            return f"{name} differs"
-    for kind in fact.get("messages_invalidated_by_blocks", ()):
-        # a dict's "type" key in compact sorted JSON; a quote inside a string is escaped
-        needle = b'"type":' + orjson.dumps(kind)
-        na, nb = (sum(blk.key.count(needle) for blk in x[d:] if blk.message is not None) for x in (a, b))
-        if na != nb:
-            return f"the number of {kind} blocks differs (A {na}, B {nb})"
-    return None
-
-
-def _cache(
-    mod: Any,
-    a: list[Block],
-    b: list[Block],
-    d: int,
-    usage_b: Any,
-    unchanged: bool = False,
-    params: tuple[dict, dict] = ({}, {}),
-) -> dict[str, Any]:
-    """The cache figures of B against A whose first differing block is ``d`` (``len`` of both
-    when the prompts are equal: ``unchanged``); ``params``: A's and B's other parameters
-    (:func:`_params`). A change that drops the messages' cache (:func:`_messages_invalidated`)
-    ends the comparable prefix at the first message."""
-    fact = mod.PROMPT_CACHE
-    starts = [0]
-    for blk in b:
-        starts.append(starts[-1] + blk.size)
-    total = starts[-1]
-    why = _messages_invalidated(fact, a, b, d, params)
-    if why is not None:
-        unchanged = False
-        d = min(d, next((i for i, blk in enumerate(b) if blk.message is not None), len(b)))
-    if unchanged and fact["rule"] == "breakpoints" and _marks(a) != _marks(b):
-        unchanged = False  # the same prompt, but B reads the cache at other breakpoints
-    if unchanged:
-        reusable, basis = total, "the prompt is unchanged: the difference costs no cache"
-    elif fact["rule"] == "breakpoints":
-        reusable, basis = _breakpoint_reuse(mod, a, b, d, starts)
-    else:
-        common = starts[min(d, len(b))]
-        if d < len(a) and d < len(b):  # the common start of the first differing block counts
-            common += _first_differing_byte(a[d].key, b[d].key) or 0
-        tokens = common // BYTES_PER_TOKEN
-        step = fact.get("increment_tokens") or 1
-        reusable = tokens // step * step * BYTES_PER_TOKEN
-        basis = f"{mod.TITLE}: the common prefix" + (f" in {step}-token increments" if step > 1 else "")
-    if why is not None:
-        basis += f"; {why}: the messages' cache is invalidated (tools and system stay cached)"
-    # a breakpoint rule that found no entry has said why; a prefix found may be under the minimum
-    found = reusable or fact["rule"] != "breakpoints"
-    if not unchanged and found and reusable // BYTES_PER_TOKEN < fact.get("min_tokens", 0):
-        reusable, basis = 0, basis + f", below the {fact['min_tokens']:,}-token minimum"
-    upto = (
-        next((blk.path for k, blk in enumerate(b) if starts[k + 1] >= reusable), None) if reusable else None
-    )
-    after = next((blk.path for k, blk in enumerate(b) if starts[k + 1] > reusable), None)
-    out = {
-        "rule": fact["rule"],
-        "prompt_bytes": total,
-        "reusable_bytes": reusable,
-        "reused_upto": upto,
-        "first_uncached": after,
-        "tokens_reused": reusable // BYTES_PER_TOKEN,
-        "tokens_after": (total - reusable + BYTES_PER_TOKEN - 1) // BYTES_PER_TOKEN,
-        "estimate": True,
-        "basis": basis,
-    }
-    usage = None if unchanged else _usage(mod, usage_b)
-    if usage is not None:
-        out["tokens_reused"] = usage.cached_input_tokens
-        if usage.input_tokens is not None:
-            out["tokens_after"] = max(0, usage.input_tokens - usage.cached_input_tokens)
-        out["estimate"] = False
-        out["basis"] = f"B's recorded usage ({fact['usage_field']})"
-    return out
 
 
 class Reading:
@@ -535,14 +414,19 @@ def diff_requests(
     path_a: str = "",
     path_b: str = "",
     readings: tuple[Reading, Reading] | None = None,
+    paths: tuple[RunPaths, RunPaths] | None = None,
+    why_json: str = "no protocol",
 ) -> RequestDiff:
     """Compare request bodies ``a`` and ``b`` of ``protocol`` (a name of ``PROTOCOL_MODULES``,
     or None: then as JSON only). ``usage_b``: B's response's usage object in the protocol's
     own shape (the ground truth of the cache figures where it reports cached tokens);
     ``path_a``/``path_b``: the request paths (Gemini names the model in the path);
-    ``readings``: what each side keeps across many requests (:class:`Reading`). Never raises
+    ``readings``: what each side keeps across many requests (:class:`Reading`); ``paths``: each
+    side's run's own directories (:func:`~.request_diff_paths.run_directories`): a difference
+    made only of them is named so (``run_paths``, ``only_run_paths``); ``why_json``: the
+    note's reason when ``protocol`` is None. Never raises
     for a body that is not JSON or not a request: it is compared as bytes, with a ``note``."""
-    first = _first_differing_byte(a, b)
+    first = first_differing_byte(a, b)
     if first is None:
         return RequestDiff(DiffVerdict.SAME, None, len(a), len(b))
     out = RequestDiff(DiffVerdict.DIFFERS, first, len(a), len(b))
@@ -556,7 +440,8 @@ def diff_requests(
     if protocol is None:
         if out.verdict is DiffVerdict.DIFFERS:
             out.structure = _json_structure(ja, jb)
-        out.note = "no protocol: compared as JSON"
+            out.differences = [out.structure]
+        out.note = f"{why_json}: compared as JSON"
         return out
     mod = get_protocol(protocol)
     ra, rb = readings if readings is not None else (Reading(), Reading())
@@ -566,6 +451,7 @@ def diff_requests(
         out.note = f"{exc.message}: compared as JSON only"
         if out.verdict is DiffVerdict.DIFFERS:
             out.structure = _json_structure(ja, jb)
+            out.differences = [out.structure]
         return out
     marker = mod.PROMPT_CACHE.get("marker")
     ba = with_automatic(prompt_blocks(ca, marker, ra.seen), ca, marker)
@@ -574,13 +460,27 @@ def diff_requests(
     if d < max(len(ba), len(bb)):
         # the prompt differs though the bodies may not: Gemini names the model in the path
         out.verdict = DiffVerdict.DIFFERS
-        out.structure = _structure(ba, bb, d)
+        own = d < min(len(ba), len(bb)) and _only_paths(ba[d], bb[d], paths)
+        out.structure = _named(_structure(ba, bb, d), own)
+        out.differences = _differences(ba, bb, d, paths)
+        if out.differences and out.differences[0].path == out.structure.path:
+            out.differences[0] = out.structure
+        params = _params_structure(ca, cb)  # no part of the prompt: named after it
+        if params is not None and len(out.differences) < MAX_DIFFERENCES:
+            out.differences.append(params)
+        keyed = mod.PROMPT_CACHE.get("messages_invalidated_by", ())
+        out.only_run_paths = (
+            len(ba) == len(bb)
+            and all(x.key == y.key or _only_paths(x, y, paths) for x, y in zip(ba[d:], bb[d:]))
+            and not any(param_differs(_params(ca), _params(cb), name) for name in keyed)
+        )
         out.extends = d == len(ba)
-        out.cache = _cache(mod, ba, bb, d, usage_b, params=(_params(ca), _params(cb)))
+        out.cache = prompt_cache(mod, ba, bb, d, usage_b, params=(_params(ca), _params(cb)))
     else:
         if out.verdict is DiffVerdict.DIFFERS:
             out.structure = _params_structure(ca, cb) or _json_structure(ja, jb)
-        out.cache = _cache(mod, ba, bb, d, usage_b, unchanged=True, params=(_params(ca), _params(cb)))
+            out.differences = [out.structure]
+        out.cache = prompt_cache(mod, ba, bb, d, usage_b, unchanged=True, params=(_params(ca), _params(cb)))
     return out
 
 
@@ -628,12 +528,15 @@ _SYNTHETIC_END = "synthetic_end"
 @dataclass(slots=True)
 class Side:
     """One side of a run comparison: a journal's ``reader``, the ``run`` (its whole id) and
-    ``attempt`` (None: every attempt), and its main-loop exchanges as (step n, exchange)."""
+    ``attempt`` (None: every attempt), its main-loop exchanges as (step n, exchange), and the
+    request playback's synthetic final reply answered (``end``: a derived run's request after
+    its boundary, never a step of its own), or None."""
 
     reader: Any
     run: str
     attempt: int | None
     steps: list[tuple[int, Exchange]]
+    end: Exchange | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -670,6 +573,18 @@ def main_steps(
     return [(n, e) for n, e in enumerate(main, 1) if attempt is None or e.attempt == attempt]
 
 
+def synthetic_end(reader: Any, run_id: str, attempt: int | None = None) -> Exchange | None:
+    """The run's last request answered by playback's synthetic final reply (flag
+    ``synthetic_end``: a replay's request after its boundary, where the replayed observation
+    first shows), or None."""
+    ends = [
+        e
+        for e in reader.exchanges(run_id)
+        if _SYNTHETIC_END in e.flags and (attempt is None or e.attempt == attempt)
+    ]
+    return ends[-1] if ends else None
+
+
 def first_request(reader: Any, run_id: str, attempt: int) -> Exchange | None:
     """The first request of ``attempt`` that carries a conversation (a POST of a protocol, not
     a token count), for an attempt with no main-loop step of its own (Gemini CLI's resume starts
@@ -704,18 +619,35 @@ def diff_exchanges(
     b: Exchange,
     readings: tuple[Reading, Reading] | None = None,
     detail: bool = True,
+    paths: tuple[RunPaths, RunPaths] | None = None,
 ) -> RequestDiff:
-    """:func:`diff_requests` of two journaled exchanges (A's protocol, else B's), with B's
-    recorded usage. Without ``detail`` only the verdict and the bytes (no structure, no cache:
-    one C-level JSON comparison, no protocol reading). IntegrityError when a stored body is
-    damaged (the reader's)."""
+    """:func:`diff_requests` of two journaled exchanges of one protocol (of two protocols, or
+    none: as JSON), with B's recorded usage and each run's own directories (``paths``, read
+    from the journal when not given). Without ``detail`` only the verdict and the bytes (no
+    structure, no cache: one C-level JSON comparison, no protocol reading). IntegrityError when
+    a stored body is damaged (the reader's)."""
     body_a = ra.request_body(a) or b""
     body_b = rb.request_body(b) or b""
     if not detail:
         return bytes_diff(body_a, body_b)
     protocol = a.protocol if a.protocol == b.protocol else None
+    why = "no protocol"
+    if a.protocol != b.protocol:
+        why = f"different protocols ({a.protocol or 'none'} against {b.protocol or 'none'})"
     usage = response_usage(rb, b) if body_a != body_b else None
-    out = diff_requests(body_a, body_b, protocol, usage, path_a=a.path, path_b=b.path, readings=readings)
+    if paths is None and body_a != body_b:
+        paths = (run_directories(ra, a.run), run_directories(rb, b.run))
+    out = diff_requests(
+        body_a,
+        body_b,
+        protocol,
+        usage,
+        path_a=a.path,
+        path_b=b.path,
+        readings=readings,
+        paths=paths,
+        why_json=why,
+    )
     if out.verdict is DiffVerdict.DIFFERS:
         out.note = _body_note("A", a, body_a) or _body_note("B", b, body_b) or out.note
     return out
@@ -736,7 +668,7 @@ def _body_note(which: str, ex: Exchange, body: bytes) -> str | None:
 
 def bytes_diff(a: bytes, b: bytes) -> RequestDiff:
     """The verdict and first byte of two bodies only (``note`` says so)."""
-    first = _first_differing_byte(a, b)
+    first = first_differing_byte(a, b)
     out = RequestDiff(DiffVerdict.SAME if first is None else DiffVerdict.DIFFERS, first, len(a), len(b))
     if first is not None:
         read = read_pair(a, b)
@@ -748,16 +680,35 @@ def bytes_diff(a: bytes, b: bytes) -> RequestDiff:
 
 @dataclass(slots=True)
 class StepDiff:
-    """Step ``step`` of B against A's ``a_step``: exchange ids ``a`` and ``b`` and the diff."""
+    """Step ``step`` of B against A's ``a_step``: exchange ids ``a`` and ``b`` and the diff.
+    ``step`` None: B's first request started a new chain (it is no step of B's main loop);
+    ``after_boundary``: one side's request is the one after a replay's boundary (answered by
+    playback's synthetic final reply, :func:`synthetic_end`)."""
 
-    step: int
+    step: int | None
     a_step: int
     a: str
     b: str
     diff: RequestDiff
+    after_boundary: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "a_step": self.a_step, "a": self.a, "b": self.b, **self.diff.to_json()}
+        return {
+            "step": self.step,
+            "a_step": self.a_step,
+            "a": self.a,
+            "b": self.b,
+            "after_boundary": self.after_boundary,
+            **self.diff.to_json(),
+        }
+
+    @property
+    def label(self) -> str:
+        """``step 4``, ``step 2 (the request after the boundary)``, ``B's request 1 (a new
+        chain)``."""
+        if self.step is None:
+            return "B's request 1 (a new chain)"
+        return f"step {self.step}" + (" (the request after the boundary)" if self.after_boundary else "")
 
 
 @dataclass(slots=True)
@@ -777,17 +728,28 @@ class RunDiff:
     def first_parting(self) -> StepDiff | None:
         return next((s for s in self.steps if s.diff.verdict is DiffVerdict.DIFFERS), None)
 
+    @property
+    def first_real_parting(self) -> StepDiff | None:
+        """The first step that differs in more than the runs' own directories."""
+        return next(
+            (s for s in self.steps if s.diff.verdict is DiffVerdict.DIFFERS and not s.diff.only_run_paths),
+            None,
+        )
+
     def summary(self) -> dict[str, Any]:
         counts = {v.value: 0 for v in DiffVerdict}
         for s in self.steps:
             counts[s.diff.verdict.value] += 1
         first = self.first_parting
+        real = self.first_real_parting
         return {
             "aligned": len(self.steps),
             **counts,
+            "only_run_paths": sum(s.diff.only_run_paths for s in self.steps),
             "only_a": len(self.only_a),
             "only_b": len(self.only_b),
             "first_parting_step": first.step if first is not None else None,
+            "first_real_parting_step": real.step if real is not None else None,
         }
 
     @property
@@ -810,10 +772,10 @@ class RunDiff:
     def lines(self) -> list[str]:
         """The text form, one line per finding: a line per step compared, the steps one side
         lacks, then the first step that parts (or the run that has no main-loop request)."""
-        out = [f"step {s.step}{_against(s)}: {s.diff.sentence()}" for s in self.steps]
+        out = [f"{s.label}{_against(s)}: {s.diff.sentence()}" for s in self.steps]
         for side, steps in (("A", self.only_a), ("B", self.only_b)):
             if steps:
-                out.append(f"steps {_span(steps)} only in {side}")
+                out.append(f"step{'s' if len(steps) > 1 else ''} {_span(steps)} only in {side}")
         first = self.first_parting
         empty = [side for side, s in (("A", self.a), ("B", self.b)) if not s.steps]
         if len(empty) == 2:
@@ -821,11 +783,20 @@ class RunDiff:
         elif empty and not self.steps:
             out.append(f"run {empty[0]} has no main-loop request")
         elif first is not None:
-            out.append(f"first parting step: {first.step} (A {first.a}, B {first.b})")
+            line = f"first parting step: {first.label.removeprefix('step ')} (A {first.a}, B {first.b})"
+            real = self.first_real_parting
+            if first.diff.only_run_paths:
+                line += f", which differs{ONLY_RUN_PATHS}; " + (
+                    f"past them: {real.label} (A {real.a}, B {real.b})"
+                    if real is not None
+                    else "every step that parts differs only in them"
+                )
+            out.append(line)
         elif self.only_a or self.only_b:
             out.append("the aligned steps' requests do not part; one run has more steps")
         else:
-            out.append(f"the {len(self.steps)} aligned step(s) send the same prompts")
+            n = len(self.steps)
+            out.append(f"the {plural(n, 'aligned step')} send{'s' if n == 1 else ''} the same prompts")
         return out
 
 
@@ -864,6 +835,7 @@ def diff_runs(
     b = Side(reader_b, reader_b.run(run_b).id, attempt_b, [])
     a.steps = main_steps(reader_a, a.run, attempt_a, hints.get(a.run))
     b.steps = main_steps(reader_b, b.run, attempt_b, hints.get(b.run))
+    paths = (run_directories(reader_a, a.run), run_directories(reader_b, b.run))
     same_run = a.run == b.run and reader_a.path == reader_b.path
     follows = bool(a.steps and b.steps and b.steps[0][0] == a.steps[-1][0] + 1)
     if attempt_b is not None and a.steps and ((same_run and follows) or not b.steps):
@@ -871,10 +843,10 @@ def diff_runs(
         out = RunDiff(a, b, "extends")
         if ex_b is not None:
             a_n, ex_a = a.steps[-1]
-            out.steps.append(
-                StepDiff(n or 0, a_n, ex_a.id, ex_b.id, diff_exchanges(reader_a, ex_a, reader_b, ex_b))
-            )
+            found = diff_exchanges(reader_a, ex_a, reader_b, ex_b, paths=paths)
+            out.steps.append(StepDiff(n, a_n, ex_a.id, ex_b.id, found))
         return out
+    a.end, b.end = synthetic_end(reader_a, a.run, attempt_a), synthetic_end(reader_b, b.run, attempt_b)
     out = RunDiff(a, b, "steps")
     readings = (Reading(), Reading())
     # reading a long run allocates millions of parsed JSON values and no reference cycle: the
@@ -885,16 +857,36 @@ def diff_runs(
         detailed = 0
         for (na, ea), (nb, eb) in zip(a.steps, b.steps):
             full = detail is None or detailed < detail
-            found = diff_exchanges(reader_a, ea, reader_b, eb, readings if full else None, full)
+            found = diff_exchanges(reader_a, ea, reader_b, eb, readings if full else None, full, paths)
             detailed += full and found.verdict is not DiffVerdict.SAME
             out.steps.append(StepDiff(nb, na, ea.id, eb.id, found))
     finally:
         if collecting:
             gc.enable()
     k = len(out.steps)
-    out.only_a = [n for n, _ in a.steps[k:]]
-    out.only_b = [n for n, _ in b.steps[k:]]
+    after = _after_boundary(a, b, k, paths)
+    if after is not None:
+        out.steps.append(after)
+    skip = k + (after is not None)
+    out.only_a = [n for n, _ in a.steps[skip:]]
+    out.only_b = [n for n, _ in b.steps[skip:]]
     return out
+
+
+def _after_boundary(a: Side, b: Side, k: int, paths: tuple[RunPaths, RunPaths]) -> StepDiff | None:
+    """The request after a replay's boundary against the other run's step there: when one
+    side's ``k`` steps all were aligned and its :func:`synthetic_end` request follows them, it
+    is set against the other side's step ``k + 1`` (the request that carries the replayed
+    observation: where a replay parts, if it does); None otherwise."""
+    for mine, other, flip in ((b, a, False), (a, b, True)):
+        if mine.end is not None and len(mine.steps) == k and len(other.steps) > k:
+            n_mine = mine.steps[-1][0] + 1 if mine.steps else 1
+            n_other, ex_other = other.steps[k]
+            ea, eb = (mine.end, ex_other) if flip else (ex_other, mine.end)
+            found = diff_exchanges(a.reader, ea, b.reader, eb, paths=paths)
+            step, a_step = (n_other, n_mine) if flip else (n_mine, n_other)
+            return StepDiff(step, a_step, ea.id, eb.id, found, after_boundary=True)
+    return None
 
 
 #: differing steps the report's section reads in full (structure and cache); the later ones
@@ -918,7 +910,10 @@ def report_section(
     found = diff_runs(reader, run.parent_run, reader, run.id, detail=REPORT_DETAIL_STEPS, hints=hints)
     return {
         "against": run.parent_run,
-        "steps": [{"step": s.step, "a": s.a, "b": s.b, **s.diff.to_json()} for s in found.steps],
+        "steps": [
+            {"step": s.step, "a": s.a, "b": s.b, "after_boundary": s.after_boundary, **s.diff.to_json()}
+            for s in found.steps
+        ],
         "only_a": found.only_a,
         "only_b": found.only_b,
         "summary": found.summary(),

@@ -283,11 +283,11 @@ def test_two_runs_are_aligned_step_by_step_and_the_first_parting_step_named(tmp_
     assert "message 6 part 0: the tool result differs" in lines[3]
     doc = diff_json(j, "parent", "child")
     parting = doc["steps"][3]
-    assert lines[4:] == ["steps 5 only in B", f"first parting step: 4 (A {parting['a']}, B {parting['b']})"]
+    assert lines[4:] == ["step 5 only in B", f"first parting step: 4 (A {parting['a']}, B {parting['b']})"]
     assert doc["mode"] == "steps" and doc["summary"]["first_parting_step"] == 4
     assert doc["summary"] == {"aligned": 4, "same": 3, "bytes_only": 0, "differs": 1,
-                              "only_a": 0, "only_b": 1,
-                              "first_parting_step": 4}  # fmt: skip
+                              "only_run_paths": 0, "only_a": 0, "only_b": 1,
+                              "first_parting_step": 4, "first_real_parting_step": 4}  # fmt: skip
     assert doc["only_b"] == [5] and [s["verdict"] for s in doc["steps"]] == [
         "same",
         "same",
@@ -414,3 +414,131 @@ def test_the_examples_of_docs_diff_run_with_their_exit_codes(tmp_path):
         )
         assert proc.returncode == (int(m.group(1)) if m else 0), (command, proc.stderr.decode())
         assert b"Traceback" not in proc.stderr, command
+
+
+def anthropic_run(w: Journal, run: str, results: list[str], parent: str | None = None, end: bool = False):
+    """A Claude Code-shaped run whose system prompt names its private home (as Claude Code names
+    its memory folder), one step per result; ``end``: its last request is a replay's request
+    after the boundary (answered by playback's synthetic final reply)."""
+    home = f"/data/runs/{run}/home"
+    labels = {"run_dir": f"/data/runs/{run}", "home": home, "workspace": f"/data/{run}-ws"}
+    mode = "replay-only" if parent else "capture"
+    w.create_run(Run(id=run, agent="claude-code", parent_run=parent, mode=mode, labels=labels))
+    roles = {}
+    for i, out in enumerate(results):
+        msgs = conversation(2 * i + 1)
+        for k, m in enumerate(msgs[2::2], 1):
+            m["content"][0]["content"] = results[k - 1]
+        body = anthropic_body(msgs)
+        body["system"].append(
+            {"type": "text", "text": f"Your memory is in `{home}/.claude/projects/-ws/memory/`."}
+        )
+        last = end and i == len(results) - 1
+        x = w.record_exchange(
+            run, "POST", "/v1/messages", [], protocol="anthropic", status=200,
+            request_body=orjson.dumps(body), response_body=b"{}", flags=["synthetic_end"] if last else [],
+        )  # fmt: skip
+        roles[x] = (1, "auxiliary" if last else "main")
+    w.flush()
+    w.set_exchange_roles(run, roles)
+
+
+def test_a_difference_of_the_runs_own_directories_is_told_from_a_real_one(tmp_path):
+    """Claude Code names its memory folder inside each run's private home in its system prompt:
+    a replay parted from its parent there at every step and the tool result that differed in
+    the messages was never named. Each part's first difference is named (``differences``), a
+    difference made only of the runs' own directories is ``run_paths`` (``only_run_paths`` when
+    it is the only one), and the replay's request after the boundary (answered by the synthetic
+    end) is compared with the parent's next step."""
+    j = tmp_path / "j.sqlite"
+    with Journal.open(j) as w:
+        anthropic_run(w, "p", ["made 1", "made 2", "made 3"])
+        anthropic_run(w, "c", ["made nothing", "made 2"], parent="p", end=True)
+        w.flush()
+    doc = diff_json(j, "p", "c")
+    one, two = doc["steps"]
+    assert one["verdict"] == "differs" and one["only_run_paths"] is True
+    assert one["structure"]["path"] == "system[1]" and one["structure"]["run_paths"] is True
+    assert "runs' own directories" in one["structure"]["reason"]
+    assert one["cache"]["reusable_bytes"] < one["cache"]["prompt_bytes"]  # the bytes still cost cache
+    assert (two["step"], two["a_step"], two["after_boundary"], two["only_run_paths"]) == (2, 2, True, False)
+    assert [(d["path"], d["reason"]) for d in two["differences"]][1] == (
+        "messages[2].parts[0]",
+        "the tool result differs",
+    )
+    assert two["differences"][0]["run_paths"] is True and two["structure"] == two["differences"][0]
+    assert doc["only_a"] == [3]
+    summary = doc["summary"]
+    assert (summary["only_run_paths"], summary["first_parting_step"], summary["first_real_parting_step"]) == (
+        1,
+        1,
+        2,
+    )
+    lines = cli(j, "p", "c").stdout.splitlines()
+    assert lines[0].startswith("step 1: differs only in the runs' own directories: ")
+    assert lines[1].startswith("step 2 (the request after the boundary): differs: ")
+    assert "then message 2 part 0: the tool result differs" in lines[1]
+    assert lines[2:] == [
+        "step 3 only in A",
+        f"first parting step: 1 (A {one['a']}, B {one['b']}), which differs only in the runs' own "
+        f"directories; past them: step 2 (the request after the boundary) (A {two['a']}, B {two['b']})",
+    ]
+    with JournalReader(j) as r:
+        section = report_section(r, "c")
+    assert [(s["step"], s["only_run_paths"], s["after_boundary"]) for s in section["steps"]] == [
+        (1, True, False),
+        (2, False, True),
+    ]
+
+
+def test_a_resume_that_starts_a_new_chain_is_no_step_0(tmp_path):
+    """An attempt whose first request starts a new chain (Gemini CLI's resume) was "step 0"."""
+    j = tmp_path / "j.sqlite"
+    with Journal.open(j) as w:
+        anthropic_run(w, "r-new-chain", ["made 1", "made 2"])
+        w.start_attempt(Attempt(run="r-new-chain", n=1))
+        w.start_attempt(Attempt(run="r-new-chain", n=2))
+        x = w.record_exchange(
+            "r-new-chain", "POST", "/v1/messages", [], protocol="anthropic", status=200, attempt=2,
+            request_body=orjson.dumps(anthropic_body(conversation(1))), response_body=b"{}",
+        )  # fmt: skip
+        w.flush()
+        w.set_exchange_roles("r-new-chain", {x: (2, "auxiliary")})
+    doc = diff_json(j, "r-new-chain@1", "r-new-chain@2")
+    assert (
+        doc["mode"] == "extends"
+        and doc["steps"][0]["step"] is None
+        and doc["summary"]["first_parting_step"] is None
+    )
+    lines = cli(j, "r-new-chain@1", "r-new-chain@2").stdout.splitlines()
+    assert lines[0].startswith("B's request 1 (a new chain) against A's step 2: differs: ")
+    assert lines[-1].startswith("first parting step: B's request 1 (a new chain) (A ")
+    assert not any("step 0" in ln for ln in lines)
+
+
+def test_the_wording_names_its_units_protocols_and_paths(tmp_path, monkeypatch):
+    """``B extends A: 2 more blocks after A's N blocks`` (N of what), two protocols named, an
+    exchange of a bare gateway capture has no attempt (null), and a journal given relatively is
+    shown absolute as the default journal is."""
+    j = tmp_path / "j.sqlite"
+    xa, xb = write_pair(
+        j, orjson.dumps(anthropic_body(conversation(1))), orjson.dumps(anthropic_body(conversation(3)))
+    )
+    doc = diff_json(j, xa, xb)
+    assert doc["structure"]["reason"] == "B extends A: 5 more blocks after A's 5 blocks", doc["structure"]
+    assert doc["a"]["attempt"] is None and doc["b"]["attempt"] is None
+    monkeypatch.chdir(tmp_path)
+    rel = pvisor_main(
+        ["--journal", "j.sqlite", "diff", f"j.sqlite:{xa}", xb, "--json"], env=ENV, text=True, cwd=tmp_path
+    )
+    both = json.loads(rel.stdout)
+    assert both["a"]["journal"] == both["b"]["journal"] == str(j)
+    with Journal.open(j) as w:
+        w.create_run(Run(id="r-chat", agent="codex"))
+        x = w.record_exchange(
+            "r-chat", "POST", "/v1/responses", [], protocol="openai-responses", status=200,
+            request_body=orjson.dumps({"model": "m", "input": "hi"}), response_body=b"{}",
+        )  # fmt: skip
+        w.flush()
+    doc = diff_json(j, xa, x)
+    assert doc["note"] == "different protocols (anthropic against openai-responses): compared as JSON"

@@ -259,7 +259,7 @@ def test_runs_with_no_main_loop_request_are_named_so(tmp_path):
         full = next(run.id for run in r.runs() if run.id.startswith("pair-a-"))
     p = cli(j, full, "r-empty-b")
     assert p.returncode == 1 and p.stdout.splitlines() == [
-        "steps 1 only in A",
+        "step 1 only in A",
         "run B has no main-loop request",
     ], p.stdout
     # an attempt that sent nothing, against the attempt it resumes: no request where A has one
@@ -283,3 +283,23 @@ def test_a_journal_of_a_newer_schema_exits_65_as_docs_diff_says(tmp_path):
     assert p.returncode == 65 and len(p.stderr.splitlines()) == 1 and "newer pvisor" in p.stderr, p
     codes = (Path(__file__).resolve().parents[1] / "docs" / "diff.md").read_text().split("## Exit codes")[1]
     assert re.search(r"`65` [^`]*a newer pvisor", codes.split("## ")[0]), codes
+
+
+def test_a_key_shaped_argument_is_refused_without_showing_it(tmp_path):
+    """A key pasted as A or B (or inside A's journal path) is named as key-shaped, never echoed,
+    with the reason it is refused (its characters are an id's)."""
+    j = tmp_path / "j.sqlite"
+    xa, _ = write_pair(j, b"{}", b"[]")
+    key = "sk-ant-api03-" + "A" * 90 + "-AAAAAAAA"
+    for args, which in (
+        ([key, xa], "A"),
+        ([xa, key], "B"),
+        ([xa, f"{key}@2"], "B"),
+        ([f"{tmp_path}/{key}.sqlite:{xa}", xa], "A"),
+        ([xa, f"{j}:{key}"], "B"),
+    ):
+        p = cli(j, *args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert key not in p.stderr and "AAAAAAAA" not in p.stderr, p.stderr
+        said = f"{which} holds a key-shaped token (not shown): a key is never an exchange or run id"
+        assert p.stderr.strip() == f"pvisor: error: {said}", p.stderr

@@ -33,10 +33,14 @@ class Named:
 def parse_side(which: str, given: str, default_journal: str) -> Named:
     """``[JOURNAL:]ID[@N]`` split: the journal at the last colon, the attempt after ``@``.
     UsageError naming ``which`` (``A`` or ``B``) for an empty part, an id of other characters,
-    or an attempt that is no number of at least 1."""
+    or an attempt that is no number of at least 1; for an argument that holds a key-shaped token
+    anywhere (id or journal path), checked first and never shown (``A holds a key-shaped token
+    (not shown): ...``, :func:`~pvisor.commands.params.refuse_key_shaped`)."""
+    from pvisor.commands.params import refuse_key_shaped
     from pvisor.journal.model import is_run_id
     from pvisor.journal.paths import plain_path, require_utf8
 
+    refuse_key_shaped(which, given, "an exchange or run id")
     require_utf8(which, given)
     journal, sep, ident = given.rpartition(":")
     if not sep:
@@ -58,12 +62,22 @@ def parse_side(which: str, given: str, default_journal: str) -> Named:
     if not is_run_id(ident):
         raise UsageError(
             f"{which} {one_line(given)}: {one_line(ident)!s} is not an exchange or run id "
-            "(letters, digits, '.', '_' and '-'); name a journal as JOURNAL:ID"
+            "(letters, digits, '.', '_' and '-', at most 128, starting with a letter or digit); "
+            "name a journal as JOURNAL:ID"
         )
-    journal = plain_path(journal)
+    journal = _absolute(plain_path(journal))
     if os.path.isdir(journal):
         raise UsageError(f"{which}: journal {one_line(journal)} is a directory, expected a journal file")
     return Named(given, journal, ident, attempt)
+
+
+def _absolute(path: str) -> str:
+    """``path`` absolute, as the default journal is, so that both sides' journals are named
+    alike (``--json``'s ``journal``); as given when the working directory is gone."""
+    try:
+        return os.path.abspath(path)
+    except OSError:  # getcwd() of a deleted directory
+        return path
 
 
 def resolve(reader: Any, side: Named, which: str) -> tuple[str, Any]:
@@ -177,7 +191,17 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
 
 
 def _exchange_json(reader: Any, ex: Any) -> dict[str, Any]:
-    return {"journal": reader.path, "exchange": ex.id, "run": ex.run, "attempt": ex.attempt, "seq": ex.seq}
+    """One side's names; ``attempt`` None for an exchange of a run with no attempt (a bare
+    ``pvisor gateway`` capture: the journal's attempt column then says 1 though none ran)."""
+    attempts = reader.attempts(ex.run) if ex.run and reader.run_exists(ex.run) else []
+    attempted = any(a.n == ex.attempt for a in attempts)
+    return {
+        "journal": reader.path,
+        "exchange": ex.id,
+        "run": ex.run,
+        "attempt": ex.attempt if attempted else None,
+        "seq": ex.seq,
+    }
 
 
 def _exchange_lines(found: Any) -> list[str]:
