@@ -114,6 +114,11 @@ def test_the_folder_links_the_index_the_pages_and_their_lineage(browser, folder_
     assert browser.execute_script("return document.querySelectorAll('img, script').length") == 0
     assert HOSTILE_ID in browser.find_element("id", "runs").text
     assert HOSTILE_AGENT in browser.find_element("id", "runs").text
+    # at 1280 px the table fits, and no run id wraps (each on one line; the child runs' list wraps)
+    assert browser.execute_script("return document.documentElement.scrollWidth <= innerWidth")
+    for cell in browser.find_elements("css selector", "td.id, td.parent, td.children"):
+        for name in cell.find_elements("css selector", "bdi"):
+            assert browser.execute_script("return arguments[0].getClientRects().length", name) == 1, name.text
     # the derived run's row names its parent, linked; the parent's row its child
     row = browser.find_element("css selector", f"tr[data-run='{derived}']")
     assert row.find_element("css selector", "td.parent a").get_attribute("href").endswith(f"/{parent}.html")
@@ -124,6 +129,24 @@ def test_the_folder_links_the_index_the_pages_and_their_lineage(browser, folder_
     row.find_element("css selector", "td.id a").click()
     assert browser.find_element("css selector", "h1").text.endswith(derived)
     open_page(browser, out / f"{derived}.html", "report-all-derived")
+    # its exchanges add up: its steps and the replay's final reply (no auxiliary one), as the
+    # index's filter counts them; that reply marked as the replay's end
+    totals = {e.get_attribute("data-total"): e.text.split("\n")[-1]
+              for e in browser.find_elements("css selector", "#totals [data-total]")}  # fmt: skip
+    shown = json.loads(
+        pvisor_main(
+            ["--journal", str(journal), "journal", "steps", derived, "--json"], env=ENV, text=True
+        ).stdout
+    )
+    steps, aux = len(shown["steps"]), len(shown["auxiliary"])
+    ends = len(browser.find_elements("css selector", "#index li.end"))
+    assert ends == 1 and totals["auxiliary"] == str(aux)
+    parts = f"{steps} step{'s' if steps != 1 else ''}{f', {aux} auxiliary' if aux else ''}"
+    assert totals["exchanges"] == f"{steps + aux + 1} ({parts}, 1 ended by the replay)"
+    aux_filter = browser.find_element("css selector", "#filters input[data-filter='aux']").find_element(
+        "xpath", ".."
+    )
+    assert aux_filter.text.strip() == f"auxiliary ({aux})"
     browser.find_element("id", "parent-link").click()
     assert browser.find_element("css selector", "h1").text.endswith(parent)
     open_page(browser, out / f"{parent}.html", "report-all-parent")

@@ -19,7 +19,10 @@ from cli_helpers import pvisor_main
 from test_gateway_cli import ENV
 
 import test_report
-from pvisor.journal.model import Run
+from pvisor.adapters.exports.report import render
+from pvisor.adapters.exports.report_document import run_document
+from pvisor.journal.model import Attempt, Run
+from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
 
 #: one headless Chromium for the module (tests/test_report.py's)
@@ -244,9 +247,10 @@ def test_a_201_step_run_every_step_in_two_clicks_filters_and_search(browser, tmp
         browser.find_elements("css selector", ".row.main")
     )
     toggle("aux")
-    assert visible_steps() == set() and len(
-        browser.find_elements("css selector", "#index li.aux:not(.hidden)")
-    ) == (want["exchanges"] - 201)
+    assert (
+        visible_steps() == set()
+        and len(browser.find_elements("css selector", "#index li.aux:not(.hidden)")) == want["auxiliary"]
+    )  # as the totals count them (the 529s retried and the GET /v1/models)
     toggle("aux")
     # search: the text of observations (and actions)
     search = browser.find_element("id", "search")
@@ -315,4 +319,147 @@ def test_a_continuation_marks_its_divergences_and_links_its_parent_both_ways(bro
     assert browser.find_element("css selector", "h1").text.endswith(cap.run)
     browser.find_element("css selector", f"#children a[data-run='{child}']").click()
     assert browser.find_element("css selector", "h1").text.endswith(child)
+    no_leaks(browser)
+
+
+#: a replay-only run's agent name ending in a right-to-left override (a foreign journal's)
+RLO_AGENT = "claude-code\u202e"
+#: what pvisor run was given, and the first user message the agent made of it
+GIVEN = "Write hello.txt"
+RENDERED = "<task>Write hello.txt</task>\nFollow the template: think, then run one command."
+RESUMED = "now add a test for it"
+
+
+def ended_replay(path: Path) -> str:
+    """A replay-only run recorded straight into a journal: step 1 in attempt 1 (exit 0), step 2
+    in attempt 2 (a resume, ``RESUMED`` in its command line) then the replay's synthetic final
+    reply, the agent stopped at ``--timeout`` (SIGTERM: exit 143); a system prompt long enough
+    that each request is cut at a 1 KiB body limit. No tool time measured (one step an attempt)."""
+    run, parent = "r-5ca1ab1e0001", "r-5ca1ab1e0000"
+    tool = {"name": "Bash", "description": "Run a shell command. " * 80, "input_schema": {"type": "object"}}
+    messages: list = [{"role": "user", "content": RENDERED}]
+    with Journal.open(path) as j:
+        j.create_run(Run(id=parent, agent=RLO_AGENT))
+        j.create_run(Run(id=run, agent=RLO_AGENT, agent_version="2.0", mode="replay-only", parent_run=parent,
+                         boundary_step=1, labels={"task": GIVEN}))  # fmt: skip
+        for n, argv in ((1, ["claude", "-p", GIVEN]), (2, ["claude", "--resume", "s1", "-p", RESUMED])):
+            j.start_attempt(Attempt(run=run, n=n, labels={"argv": json.dumps(argv)}))
+            call = {"type": "tool_use", "id": f"tu_{n}", "name": "Bash", "input": {"command": f"echo {n}"}}
+            content = [{"type": "text", "text": f"Step {n}."}, call]
+            reply = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "m",
+                     "content": content, "stop_reason": "tool_use",
+                     "usage": {"input_tokens": 10, "output_tokens": 3}}  # fmt: skip
+            request = {"model": "m", "max_tokens": 100, "system": "S", "tools": [tool], "messages": messages}
+            j.record_exchange(run, "POST", "/v1/messages", [], attempt=n, protocol="anthropic",
+                              status=200, request_body=orjson.dumps(request),
+                              response_body=orjson.dumps(reply))  # fmt: skip
+            result = {"type": "tool_result", "tool_use_id": f"tu_{n}", "content": f"out {n}"}
+            messages = [
+                *messages,
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": [result]},
+            ]
+        end = {"id": "end", "type": "message", "role": "assistant", "model": "m",
+               "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}  # fmt: skip
+        request = {"model": "m", "max_tokens": 100, "system": "S", "tools": [tool], "messages": messages}
+        j.record_exchange(run, "POST", "/v1/messages", [], attempt=2, protocol="anthropic",
+                          status=200, request_body=orjson.dumps(request),
+                          response_body=orjson.dumps(end), flags=["synthetic_end"])  # fmt: skip
+        j.end_attempt(run, 1, 0)
+        j.end_attempt(run, 2, 143, {"timed_out": "true"})
+        j.flush()
+    return run
+
+
+#: the request diff the diff command gives each step (adapters/request_diff.py's report_section,
+#: with its only_run_paths and differences): step 1 differs only in the runs' own home paths,
+#: step 2 in two sections
+RUN_PATHS = {
+    "path": "system",
+    "reason": "/tmp/a/runs/r-aaaa/home/.claude against /tmp/a/runs/r-bbbb/home/.claude",
+}
+TWO = [
+    {"path": "tools[0].description", "reason": "text differs"},
+    {"message": 2, "part": 0, "reason": "tool result"},
+]
+DIFF = {"against": "r-5ca1ab1e0000", "summary": {},
+        "steps": [{"step": 1, "a": "x1", "b": "y1", "verdict": "differs", "first_byte": 40,
+                   "only_run_paths": True, "differences": [RUN_PATHS], "structure": RUN_PATHS},
+                  {"step": 2, "a": "x2", "b": "y2", "verdict": "differs", "first_byte": 50,
+                   "only_run_paths": False, "differences": TWO, "structure": TWO[0]}]}  # fmt: skip
+
+
+def test_a_replay_ended_by_pvisor_adds_up_says_why_and_isolates_its_names(browser, tmp_path):
+    """One page, each thing a new user met: the exchanges add up (2 steps, 1 ended by the replay;
+    no auxiliary one, and the index's filter agrees), the agent's exit 143 said to be pvisor's
+    stop, no tool time read "-", a whole body indented and a cut one as it is, the header's
+    names isolated (a right-to-left override in the agent's name turns nothing else), a step
+    whose request differs only in the runs' own paths marked quietly and not a divergence, every
+    difference listed, the task as pvisor run was given it with the agent's message folded
+    below, a resumed attempt's command."""
+    journal = tmp_path / "j.sqlite"
+    run = ended_replay(journal)
+    with JournalReader(journal) as r:
+        doc = run_document(r, run, body_limit=1024)
+    doc["diff"] = DIFF
+    page = tmp_path / "ended.html"
+    page.write_text(render(doc))
+    open_page(browser, page, "report-page-ended-replay")
+    totals = browser.find_element("css selector", "#totals [data-total='exchanges']")
+    assert totals.text.split("\n")[-1] == "3 (2 steps, 1 ended by the replay)"
+    assert shown_totals(browser)["auxiliary"] == "0"
+    assert (
+        browser.find_element("css selector", "#filters input[data-filter='aux']")
+        .find_element("xpath", "..")
+        .text.strip()
+        == "auxiliary (0)"
+    )
+    end = browser.find_element("css selector", "#index li.end")
+    assert end.text.startswith("·") and "ended by the replay" in end.text and "∎" in end.text
+    row = browser.find_element("css selector", ".row.end")
+    assert "ended by the replay: its reply to the request after the boundary (step 1)" in row.text
+    # the agent's exit code, and who stopped it
+    assert (
+        browser.find_element("id", "exit-code").text == "exit 143 (the agent's, stopped by pvisor: timed out)"
+    )
+    assert shown_totals(browser)["model-tool"].endswith(" / -")
+    # bodies: the response whole, so indented; the request cut, as it is
+    request, response = browser.find_elements("css selector", ".row[data-step='1'] details.body")
+    for d in (request, response):
+        browser.execute_script("arguments[0].open = true", d)
+    reply = response.find_element("css selector", "pre").get_attribute("textContent")
+    assert reply == json.dumps(json.loads(reply), indent=2) and "\n  " in reply
+    sent = request.find_element("css selector", "pre").get_attribute("textContent")
+    assert "bytes left out" in sent and sent.startswith('{"model":"m"')
+    # the header: each name its own isolated run of text
+    h1 = browser.find_element("css selector", "h1")
+    assert [b.text for b in h1.find_elements("css selector", "bdi")] == [RLO_AGENT, "2.0", run]
+    assert browser.execute_script(
+        "return [...document.querySelectorAll('h1 bdi')]"
+        ".every(b => getComputedStyle(b).unicodeBidi === 'isolate')"
+    )
+    # the request diff: step 1 only the runs' paths (a quiet mark, no divergence), step 2 differs
+    step1 = browser.find_element("css selector", "#index li[data-step='1']")
+    assert step1.find_elements("css selector", ".mk.paths") and not step1.find_elements(
+        "css selector", ".mk.divergent"
+    )
+    assert (
+        browser.find_element("css selector", "#filters input[data-filter='divergent']")
+        .find_element("xpath", "..")
+        .text.strip()
+        == "divergences (1)"
+    )
+    pill = browser.find_element("css selector", ".row[data-step='1'] .pill[title]")
+    assert pill.text == "request: only the runs' own paths" and "bad" not in pill.get_attribute("class")
+    assert browser.find_element("css selector", "table.rd tr[data-step='1']").get_attribute(
+        "data-verdict"
+    ) == ("only_run_paths")
+    line = browser.find_element("css selector", ".row[data-step='2'] .reqdiff").text
+    assert "tools[0].description: text differs" in line and "message 2 part 0: tool result" in line
+    assert "message 2 part 0" in browser.find_element("css selector", "table.rd tr[data-step='2']").text
+    # the task as given, the agent's rendering folded, the resumed attempt's command
+    assert browser.find_element("id", "task-given").text == f"task: {GIVEN}"
+    folded = browser.find_element("id", "task-rendered")
+    assert folded.tag_name == "details" and RENDERED in folded.get_attribute("textContent")
+    assert RESUMED in browser.find_element("css selector", ".attempt-task[data-attempt='2']").text
     no_leaks(browser)

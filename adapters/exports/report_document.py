@@ -304,7 +304,13 @@ def run_document(
             "steps": len(traj.steps),
         },
         "attempts": [
-            {"n": a.n, "started_ms": a.started_ms, "ended_ms": a.ended_ms, "exit_code": a.exit_code}
+            {
+                "n": a.n,
+                "started_ms": a.started_ms,
+                "ended_ms": a.ended_ms,
+                "exit_code": a.exit_code,
+                "command": _attempt_command(a),
+            }
             for a in attempts
         ],
         "exchanges": rows,
@@ -365,6 +371,19 @@ class _Context:
         self.descriptor = descriptor
         self.aux = aux
         self.aux_usage: list[TokenUsage] = []
+
+
+def _attempt_command(attempt: Any) -> str | None:
+    """A later attempt's command line (its label ``argv``, shell-quoted, clipped): the journal
+    keeps no prompt of its own for a resumed attempt, its command holds it; None for attempt 1
+    (the run's ``task`` label is its prompt) or without the label."""
+    try:
+        argv = orjson.loads(attempt.labels.get("argv") or "null") if attempt.n > 1 else None
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(argv, list) or not all(isinstance(x, str) for x in argv):
+        return None
+    return _clip_text(shlex.join(argv), 4000)
 
 
 def _descriptor(agent: str | None) -> Any:
@@ -447,8 +466,10 @@ def run_totals(
     and each step's ``model_ms`` and ``tool_ms`` set in its row:
 
     - ``steps``; ``exchanges`` (every exchange of the run); ``auxiliary`` (the chain rule's
-      auxiliary exchanges); ``retries`` (the main-loop requests sent again: each step's
-      ``retries``); ``tool_calls``; ``failed_calls`` (calls whose result says ``is_error``);
+      auxiliary exchanges); ``synthetic_end`` (the replay's final replies that ended the agent:
+      exchanges flagged ``synthetic_end``, neither steps nor auxiliary); ``retries`` (the
+      main-loop requests sent again: each step's ``retries``); ``tool_calls``; ``failed_calls``
+      (calls whose result says ``is_error``);
     - ``tokens_in``, ``tokens_out``, ``tokens_cached``: the sums over every reply that reported
       usage, main-loop and auxiliary, in the protocol's own fields read by its
       ``normalised_usage`` (input with cache reads and writes, output with reasoning, cache
@@ -458,7 +479,7 @@ def run_totals(
       capture) the first exchange's start to the last one's end;
     - ``model_ms``: the time at least one request of the run was in flight (request sent to
       reply ended; parallel requests counted once);
-    - ``tool_ms``: the sum of the steps' ``tool_ms``.
+    - ``tool_ms``: the sum of the steps' ``tool_ms``; None when no step's was measured.
 
     A step's ``model_ms`` is the time its request was in flight, its retries' included; its
     ``tool_ms`` the time from its reply's end to the start of the next step's first request
@@ -484,6 +505,7 @@ def run_totals(
         "steps": len(steps),
         "exchanges": len(exchanges),
         "auxiliary": len(aux_usage),
+        "synthetic_end": sum(1 for r in rows if r.get("aux", {}).get("kind") == "synthetic_end"),
         "retries": sum(len(s["retries"]) for s in steps),
         "tool_calls": sum(len(s["calls"]) for s in steps),
         "failed_calls": sum(1 for s in steps for c in s["calls"] if c["failed"]),
@@ -492,8 +514,14 @@ def run_totals(
         "tokens_cached": count_sum(*(u["cached"] for u in usages + extra)),
         "wall_ms": round(_wall_ms(exchanges, attempts), 1),
         "model_ms": round(_union_ms(spans), 1),
-        "tool_ms": round(sum(s["tool_ms"] or 0.0 for s in steps), 1),
+        "tool_ms": _measured_sum([s["tool_ms"] for s in steps]),
     }
+
+
+def _measured_sum(values: list[float | None]) -> float | None:
+    """The sum of the ``values`` measured (ms, rounded to 0.1), None when none was."""
+    measured = [v for v in values if v is not None]
+    return round(sum(measured), 1) if measured else None
 
 
 def _wall_ms(exchanges: list[Any], attempts: list[Any]) -> float:

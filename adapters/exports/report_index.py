@@ -164,7 +164,7 @@ def _row_html(row: dict[str, Any]) -> str:
     parent = _link(row["parent"], row["parent_href"]) if row["parent"] else "-"
     children = ", ".join(_link(c["id"], c["href"]) for c in row["children"]) or "-"
     cells = [
-        f'<td class="id">{_link(row["id"], row["href"])}</td>',
+        f'<td class="id" title="{_e(row["id"])}">{_link(row["id"], row["href"])}</td>',
         f"<td>{_e(row['agent'] or '-')}</td>",
         f"<td>{_e(row['mode'] or '-')}</td>",
         f'<td class="when">{_e(_utc(row["created_ms"]))}</td>',

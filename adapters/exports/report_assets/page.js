@@ -36,12 +36,20 @@ const differsAt = new Map();  // step n -> O' differs from O (not alike once nor
 for (const c of doc.comparison || []) if (c.calls.some(k => k.diff != null && !k.same_normalised)) differsAt.set(c.n, true);
 const requestDiffAt = new Map();  // step n -> doc.diff's entry
 for (const d of (doc.diff && doc.diff.steps) || []) requestDiffAt.set(d.step, d);
+// an exchange that is no step: the chain rule's auxiliary one (its retried requests among them:
+// what totals.auxiliary counts), or the replay's synthetic final reply that ended the agent
+const isEnd = (ex) => !ex.step && ((ex.aux && ex.aux.kind === "synthetic_end") || (ex.flags || []).includes("synthetic_end"));
+const isAux = (ex) => !ex.step && !isEnd(ex) && !(ex.aux && ex.aux.kind === "other");
+// a request that differs from the parent's only in the two runs' own directories (their homes,
+// run folders: adapters/request_diff.py's only_run_paths) does not diverge
+const onlyRunPaths = (rd) => rd != null && rd.verdict === "differs" && rd.only_run_paths === true;
 function marksOf(ex) {
-  const s = ex.step, m = {failed: false, divergent: false, retry: false, aux: !s, bytes: false};
+  const s = ex.step, m = {failed: false, divergent: false, retry: false, aux: isAux(ex), end: isEnd(ex), bytes: false, paths: false};
   if (!s) return m;
   m.failed = s.calls.some(c => callFailed(s, c)) || s.results.some(r => r.error);
   const rd = requestDiffAt.get(s.n);
-  m.divergent = differsAt.has(s.n) || (rd != null && rd.verdict === "differs");
+  m.paths = onlyRunPaths(rd);
+  m.divergent = differsAt.has(s.n) || (rd != null && rd.verdict === "differs" && !m.paths);
   m.bytes = rd != null && rd.verdict === "bytes_only";
   m.retry = (s.retries || []).length > 0;
   return m;
@@ -51,15 +59,20 @@ const MARKS = EX.map(marksOf);
 // ---- the header: the run, its outcome at a glance, its totals, its lineage
 function header() {
   const r = RUN, top = document.getElementById("top");
-  top.append(el("h1", {text: `${r.agent || "run"} ${r.agent_version || ""} · ${r.id}`}));
+  // each text of the journal isolated: a right-to-left override in one turns no other
+  const h1 = el("h1", {}, el("bdi", {class: "agent", text: r.agent || "run"}));
+  if (r.agent_version) h1.append(" ", el("bdi", {class: "version", text: r.agent_version}));
+  h1.append(" · ", el("bdi", {class: "run-id", text: r.id}));
+  top.append(h1);
   outcome(top);
   const m = el("div", {class: "meta"});
-  const add = (k, v) => { if (v != null && v !== "") m.append(el("span", {}, k + " ", el("b", {text: String(v)}))); };
+  const add = (k, v) => { if (v != null && v !== "") m.append(el("span", {}, k + " ", el("b", {}, el("bdi", {text: String(v)})))); };
   add("mode", r.mode); add("steps", r.steps); add("exchanges", EX.length);
   add("protocol", r.protocol); add("model", r.model);
   add("capture", [...new Set(EX.map(e => e.capture))].join(", "));
   add("created", r.created_ms ? new Date(r.created_ms).toISOString().replace("T", " ").slice(0, 19) + " UTC" : null);
   for (const a of doc.attempts) add(`attempt ${a.n}: exit`, a.exit_code == null ? "-" : a.exit_code);
+  const labels = r.labels && typeof r.labels === "object" ? r.labels : {};
   const L = r.lineage;
   if (L && L.mode === "handoff") {
     // a handoff's child: the parent (or the native file), the pause, its snapshot, the two agents
@@ -92,10 +105,26 @@ function header() {
     }
     top.append(el("div", {class: "meta"}, `child runs (${doc.children.length}):`), list);
   }
-  if (r.task) top.append(el("div", {class: "task", id: "task", text: r.task}));
+  task(top, labels);
+}
+// the task as the journal records it (the run's label task: the prompt pvisor run was given), the
+// first user message as the agent rendered it folded below; each later attempt's command line
+// (the journal keeps no prompt of a resumed attempt apart from it)
+function task(top, labels) {
+  const given = typeof labels.task === "string" && labels.task ? labels.task : null, rendered = RUN.task;
+  const box = el("div", {class: "task", id: "task"});
+  if (given) box.append(el("div", {class: "given", id: "task-given"}, el("span", {class: "k", text: "task: "}), el("bdi", {text: given})));
+  if (rendered && rendered !== given) {
+    if (given) box.append(el("details", {id: "task-rendered"}, el("summary", {text: `the first user message, as the agent sent it (${fmtN(rendered.length)} characters)`}), el("div", {class: "text", text: rendered})));
+    else box.append(el("div", {class: "text", id: "task-rendered", text: rendered}));
+  }
+  for (const a of doc.attempts) {
+    if (a.n > 1 && a.command) box.append(el("div", {class: "attempt-task", "data-attempt": String(a.n)}, el("span", {class: "k", text: `attempt ${a.n}'s command: `}), el("code", {text: a.command})));
+  }
+  if (box.childNodes.length) top.append(box);
 }
 function parentRef(r) {
-  if (r.parent_run) return doc.parent_href ? el("a", {href: doc.parent_href, id: "parent-link", text: r.parent_run}) : el("b", {text: r.parent_run});
+  if (r.parent_run) return doc.parent_href ? el("a", {href: doc.parent_href, id: "parent-link"}, el("bdi", {text: r.parent_run})) : el("b", {}, el("bdi", {text: r.parent_run}));
   const kind = r.labels.source_kind, src = r.labels.source;
   return el("b", {text: src ? `the ${kind || "source"} file ${src}` : "-"});
 }
@@ -109,13 +138,25 @@ function outcome(top) {
   // the agent's own account first: an agent that exited 0 but failed by its account reads as failed
   const a = o.agent_status;
   if (a && a.outcome) part("agent-status", `the agent's account: ${a.outcome}${a.detail ? ` (${a.detail})` : ""}`);
-  part("exit-code", o.exit_code == null ? "no exit code" : `exit ${o.exit_code}`);
+  // the agent's exit code: when pvisor stopped it, its signal's (143 for SIGTERM), not pvisor run's (124, 130)
+  const stopped = o.interrupted ? `interrupted by ${o.interrupted}` : o.timed_out ? "timed out" : null;
+  part("exit-code", o.exit_code == null ? "no exit code" : `exit ${o.exit_code}` + (stopped ? ` (the agent's, stopped by pvisor: ${stopped})` : ""));
   if (o.replay_status) part("replay-status", `replay: ${o.replay_status}`);
   if (o.interrupted) part("interrupted", `interrupted by ${o.interrupted}`);
   else if (o.timed_out) part("interrupted", "timed out");
   else part("interrupted", "not interrupted");
   if (o.run_status && o.run_status !== o.verdict) part("run-status", `run status: ${o.run_status}`);
   top.append(box);
+}
+// what the exchanges are, adding up to their count: steps, auxiliary ones (requests sent again
+// among them), the replay's final replies that ended the agent, any other
+function exchangeParts(t) {
+  if (typeof t.exchanges !== "number" || typeof t.steps !== "number") return null;
+  const parts = [[t.steps, "step", "steps"], [t.auxiliary, "auxiliary", "auxiliary"], [t.synthetic_end, "ended by the replay", "ended by the replay"]];
+  const known = parts.reduce((a, [n]) => a + (typeof n === "number" ? n : 0), 0);
+  if (t.exchanges > known) parts.push([t.exchanges - known, "other", "other"]);
+  const text = parts.filter(([n], i) => i === 0 || (typeof n === "number" && n > 0)).map(([n, one, many]) => `${fmtN(n)} ${n === 1 ? one : many}`);
+  return text.length > 1 ? el("span", {class: "parts", text: ` (${text.join(", ")})`}) : null;
 }
 function totals(top) {
   const t = doc.totals;
@@ -127,7 +168,7 @@ function totals(top) {
     grid.append(el("div", {"data-total": key, "data-value": raw == null ? null : String(raw)}, el("span", {class: "k", text: label}), el("span", {class: "v", text: value}), extra));
   };
   cell("steps", "steps", fmtN(t.steps));
-  cell("exchanges", "exchanges", fmtN(t.exchanges));
+  cell("exchanges", "exchanges", fmtN(t.exchanges), exchangeParts(t), t.exchanges);
   cell("tokens", "tokens in / out / cached", t.tokens_in === undefined ? undefined : `${fmtN(t.tokens_in)} / ${fmtN(t.tokens_out)} / ${fmtN(t.tokens_cached)}`);
   cell("wall", "wall time", t.wall_ms === undefined ? undefined : fmtMs(t.wall_ms), null, t.wall_ms);
   if (t.model_ms !== undefined || t.tool_ms !== undefined) {
@@ -203,13 +244,18 @@ function rdSentence(d) {
   let text = d.first_byte != null ? `bodies part at byte ${fmtN(d.first_byte)}` : "the bodies differ";
   if (d.verdict === "bytes_only") text += ", the prompt does not (key order, whitespace)";
   if (d.note) text += `; ${d.note}`;
-  const st = d.structure;
-  if (st) {
-    const where = st.message != null ? `message ${st.message}` + (st.part != null ? ` part ${st.part}` : "") : st.path;
-    text += `; ${where}: ${st.reason}`;
-    if (st.expected != null || st.got != null) text += ` (expected ${st.expected}, got ${st.got})`;
-  }
+  if (onlyRunPaths(d)) text += "; only the runs' own paths differ (their homes and run folders)";
+  // every difference when the diff lists them (the first of each section), else the first
+  const many = Array.isArray(d.differences) && d.differences.length ? d.differences : d.structure ? [d.structure] : [];
+  for (const st of many) text += `; ${structureText(st)}`;
   return text;
+}
+function structureText(st) {
+  if (st == null || typeof st !== "object") return String(st);
+  const where = st.message != null ? `message ${st.message}` + (st.part != null ? ` part ${st.part}` : "") : st.path != null ? String(st.path) : st.section != null ? String(st.section) : "";
+  let text = `${where}${where && st.reason != null ? ": " : ""}${st.reason ?? ""}`;
+  if (st.expected != null || st.got != null) text += ` (expected ${st.expected}, got ${st.got})`;
+  return text || JSON.stringify(st);
 }
 function cacheText(c) {
   if (!c) return "";
@@ -227,9 +273,10 @@ function requestDiff(box) {
   if (sum.length) sec.append(el("div", {class: "meta"}, ...sum.map(([k, v]) => el("span", {}, k.replace(/_/g, " ") + " ", el("b", {text: String(v)})))));
   const table = el("table", {class: "rd"}, el("tr", {}, el("th", {text: "step"}), el("th", {text: "verdict"}), el("th", {text: "where"}), el("th", {text: "cache"})));
   for (const d of D.steps) {
-    const cls = d.verdict === "differs" ? "pill bad" : d.verdict === "bytes_only" ? "pill flag" : "pill";
-    table.append(el("tr", {"data-step": String(d.step)}, el("td", {}, el("a", {href: `#step-${d.step}`, text: String(d.step)})),
-      el("td", {}, el("span", {class: cls, text: d.verdict})), el("td", {text: rdSentence(d)}), el("td", {text: cacheText(d.cache)})));
+    const paths = onlyRunPaths(d);
+    const cls = paths ? "pill flag" : d.verdict === "differs" ? "pill bad" : d.verdict === "bytes_only" ? "pill flag" : "pill";
+    table.append(el("tr", {"data-step": String(d.step), "data-verdict": paths ? "only_run_paths" : d.verdict}, el("td", {}, el("a", {href: `#step-${d.step}`, text: String(d.step)})),
+      el("td", {}, el("span", {class: cls, text: paths ? "the runs' own paths" : d.verdict})), el("td", {text: rdSentence(d)}), el("td", {text: cacheText(d.cache)})));
   }
   sec.append(table);
   box.append(sec);
@@ -315,12 +362,18 @@ function files(s) {
   if (s.files_more) d.append(el("div", {class: "note", text: `… ${fmtN(s.files_more)} more file(s) not shown (the page's cap)`}));
   return d;
 }
+// a body as shown when unfolded (parsed then, not before): indented when it is whole and JSON; a
+// cut one (its head and tail) as it is
+function bodyText(b) {
+  if (b.cut || !/^\s*[[{]/.test(b.text)) return b.text;
+  try { return JSON.stringify(JSON.parse(b.text), null, 2); } catch (_) { return b.text; }
+}
 function bodyBlock(ex, which) {
   const b = ex[which];
   const d = el("details", {class: "body " + which, "data-exchange": ex.id});
   d.append(el("summary", {text: b ? `${which} (${b.size.toLocaleString()} bytes${b.cut ? ", cut" : ""})` : `${which}: none`}));
   if (b) d.addEventListener("toggle", () => {
-    if (d.open && !d.querySelector("pre")) d.append(el("pre", {text: b.text}));
+    if (d.open && !d.querySelector("pre")) d.append(el("pre", {text: bodyText(b)}));
   });
   return d;
 }
@@ -343,7 +396,7 @@ function comparisonFor(n) {
 }
 function row(ex, i) {
   const s = ex.step, mk = MARKS[i];
-  const r = el("div", {class: "row " + (s ? "main" : "aux"), id: "ex-" + ex.id, "data-exchange": ex.id, "data-i": String(i)});
+  const r = el("div", {class: "row " + (s ? "main" : mk.end ? "aux end" : "aux"), id: "ex-" + ex.id, "data-exchange": ex.id, "data-i": String(i)});
   if (s) r.dataset.step = String(s.n);
   const head = el("div", {class: "head"});
   if (s) head.append(el("span", {class: "step-n", id: `step-${s.n}`, text: `step ${s.n}`}));
@@ -364,7 +417,9 @@ function row(ex, i) {
     if (mk.failed) head.append(el("span", {class: "pill bad", text: "failed call"}));
     if (differsAt.has(s.n)) head.append(el("span", {class: "pill flag", text: "O′ differs"}));
     const rd = requestDiffAt.get(s.n);
-    if (rd && rd.verdict !== "same") head.append(el("span", {class: "pill " + (rd.verdict === "differs" ? "bad" : "flag"), title: rdSentence(rd), text: rd.verdict === "differs" ? "request differs" : "request bytes only"}));
+    if (rd && rd.verdict !== "same") head.append(el("span", {class: "pill " + (rd.verdict === "differs" && !mk.paths ? "bad" : "flag"), title: rdSentence(rd), text: mk.paths ? "request: only the runs' own paths" : rd.verdict === "differs" ? "request differs" : "request bytes only"}));
+  } else if (mk.end) {
+    head.append(el("span", {class: "end-note", text: `ended by the replay: its reply to the request after the boundary${RUN.boundary_step != null ? ` (step ${RUN.boundary_step})` : ""} ended the agent`}));
   } else if (ex.aux) {
     head.append(el("span", {text: `auxiliary${ex.aux.kind ? " [" + ex.aux.kind + "]" : ""} ${ex.aux.reason || ""}`}));
   }
@@ -442,6 +497,7 @@ function shown(i) {
 function applyShown(node, i) { node.classList.toggle("hidden", !shown(i)); }
 function indexLabel(ex) {
   const s = ex.step;
+  if (!s && isEnd(ex)) return `ended by the replay · ${ex.method} ${ex.path}`;
   if (!s) return `${ex.aux ? ex.aux.kind || "auxiliary" : "auxiliary"} · ${ex.method} ${ex.path}`;
   const c = s.calls[0];
   if (!c) return s.text ? clip(s.text.split("\n")[0], 80) : "(no tool call)";
@@ -468,8 +524,10 @@ function buildIndex() {
     if (mk.failed) a.append(el("span", {class: "mk failed", title: "a failed call", text: "✗"}));
     if (mk.divergent) a.append(el("span", {class: "mk divergent", title: "diverges from the parent", text: "≠"}));
     else if (mk.bytes) a.append(el("span", {class: "mk bytes", title: "request bytes differ, the prompt does not", text: "≈"}));
+    else if (mk.paths) a.append(el("span", {class: "mk paths", title: "the request differs from the parent's only in the runs' own paths", text: "≈ the runs' own paths"}));
+    if (mk.end) a.append(el("span", {class: "mk end", title: "the replay's final reply, which ended the agent", text: "∎"}));
     if (mk.retry) a.append(el("span", {class: "mk retry", title: "retried", text: "↻"}));
-    frag.append(el("li", {class: s ? "ix step" : "ix aux", "data-i": String(i), "data-step": s ? String(s.n) : null}, a));
+    frag.append(el("li", {class: s ? "ix step" : mk.end ? "ix aux end" : "ix aux", "data-i": String(i), "data-step": s ? String(s.n) : null}, a));
   });
   list.append(frag);
   let timer = null;
