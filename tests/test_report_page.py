@@ -456,7 +456,11 @@ def test_a_replay_ended_by_pvisor_adds_up_says_why_and_isolates_its_names(browse
     ) == ("only_run_paths")
     line = browser.find_element("css selector", ".row[data-step='2'] .reqdiff").text
     assert "tools[0].description: text differs" in line and "message 2 part 0: tool result" in line
-    assert "message 2 part 0" in browser.find_element("css selector", "table.rd tr[data-step='2']").text
+    # the table names the first difference, the others folded below it
+    row2 = browser.find_element("css selector", "table.rd tr[data-step='2']")
+    assert "tools[0].description" in row2.text and "message 2 part 0" not in row2.text
+    folded = row2.find_element("css selector", "details")
+    assert folded.text == "1 more difference" and "message 2 part 0" in folded.get_attribute("textContent")
     # the task as given, the agent's rendering folded, the resumed attempt's command
     assert browser.find_element("id", "task-given").text == f"task: {GIVEN}"
     folded = browser.find_element("id", "task-rendered")

@@ -216,7 +216,7 @@ function chart(box) {
     el("span", {}, el("i", {style: "background:var(--tool)"}), "tool time"),
     el("span", {}, el("i", {style: "background:var(--bad)"}), "a failed call"),
     el("span", {}, el("i", {style: "background:var(--mark)"}), "diverges"),
-    el("span", {text: `${steps.length} steps; the tallest bar is ${fmtMs(top)}`}));
+    el("span", {text: `${steps.length} step${steps.length > 1 ? "s" : ""}; the tallest bar is ${fmtMs(top)}`}));
   box.append(el("h2", {text: "Timeline"}), legend, wrap);
 }
 function system(box) {
@@ -238,7 +238,7 @@ function system(box) {
   box.append(d);
 }
 // as adapters/request_diff.py words a RequestDiff (its sentence() is not in the JSON)
-function rdSentence(d) {
+function rdSentence(d, upTo) {
   if (d.sentence) return d.sentence;
   if (d.verdict === "same") return `same bytes${d.a_bytes != null ? ` (${fmtN(d.a_bytes)} bytes)` : ""}`;
   let text = d.first_byte != null ? `bodies part at byte ${fmtN(d.first_byte)}` : "the bodies differ";
@@ -246,10 +246,10 @@ function rdSentence(d) {
   if (d.note) text += `; ${d.note}`;
   if (onlyRunPaths(d)) text += "; only the runs' own paths differ (their homes and run folders)";
   // every difference when the diff lists them (the first of each section), else the first
-  const many = Array.isArray(d.differences) && d.differences.length ? d.differences : d.structure ? [d.structure] : [];
-  for (const st of many) text += `; ${structureText(st)}`;
+  for (const st of differencesOf(d).slice(0, upTo ?? Infinity)) text += `; ${structureText(st)}`;
   return text;
 }
+const differencesOf = (d) => Array.isArray(d.differences) && d.differences.length ? d.differences : d.structure ? [d.structure] : [];
 function structureText(st) {
   if (st == null || typeof st !== "object") return String(st);
   const where = st.message != null ? `message ${st.message}` + (st.part != null ? ` part ${st.part}` : "") : st.path != null ? String(st.path) : st.section != null ? String(st.section) : "";
@@ -263,20 +263,37 @@ function cacheText(c) {
   if (c.reusable_bytes != null) bits.push(`${fmtN(c.reusable_bytes)} bytes reusable`);
   if (c.tokens_reused != null) bits.push(`${fmtN(c.tokens_reused)} tokens reused`);
   if (c.tokens_after != null) bits.push(`${fmtN(c.tokens_after)} tokens after`);
-  return bits.join(", ") + (c.estimate ? " (estimate)" : "") + (c.basis ? ` · ${c.basis}` : "");
+  return bits.join(", ") + (c.estimate ? " (estimate)" : "");
+}
+// the table's cell of a step's cache figures: the figures, then the rule that gave them, smaller
+function cacheCell(c) {
+  const td = el("td", {class: "rd-cache", text: cacheText(c)});
+  if (c && c.basis) td.append(el("div", {class: "muted", text: c.basis}));
+  return td;
+}
+// the table's cell of where a step's requests part: the first difference, the others folded
+function whereCell(d) {
+  const td = el("td", {class: "rd-where", text: rdSentence(d, 1)});
+  const rest = differencesOf(d).slice(1);
+  if (rest.length) {
+    const more = el("details", {}, el("summary", {text: `${rest.length} more difference${rest.length > 1 ? "s" : ""}`}));
+    for (const st of rest) more.append(el("div", {text: structureText(st)}));
+    td.append(more);
+  }
+  return td;
 }
 function requestDiff(box) {
   const D = doc.diff;
   if (!D || !Array.isArray(D.steps)) return;
   const sec = el("section", {id: "diff"}, el("h2", {text: `Requests against ${D.against || "the parent"}'s`}));
   const sum = D.summary && typeof D.summary === "object" ? Object.entries(D.summary).filter(([, v]) => v == null || typeof v !== "object") : [];
-  if (sum.length) sec.append(el("div", {class: "meta"}, ...sum.map(([k, v]) => el("span", {}, k.replace(/_/g, " ") + " ", el("b", {text: String(v)})))));
+  if (sum.length) sec.append(el("div", {class: "meta"}, ...sum.map(([k, v]) => el("span", {}, k.replace(/_/g, " ") + " ", el("b", {text: v == null ? "none" : String(v)})))));
   const table = el("table", {class: "rd"}, el("tr", {}, el("th", {text: "step"}), el("th", {text: "verdict"}), el("th", {text: "where"}), el("th", {text: "cache"})));
   for (const d of D.steps) {
     const paths = onlyRunPaths(d);
     const cls = paths ? "pill flag" : d.verdict === "differs" ? "pill bad" : d.verdict === "bytes_only" ? "pill flag" : "pill";
     table.append(el("tr", {"data-step": String(d.step), "data-verdict": paths ? "only_run_paths" : d.verdict}, el("td", {}, el("a", {href: `#step-${d.step}`, text: String(d.step)})),
-      el("td", {}, el("span", {class: cls, text: paths ? "the runs' own paths" : d.verdict})), el("td", {text: rdSentence(d)}), el("td", {text: cacheText(d.cache)})));
+      el("td", {}, el("span", {class: cls, text: paths ? "the runs' own paths" : d.verdict})), whereCell(d), cacheCell(d.cache)));
   }
   sec.append(table);
   box.append(sec);
@@ -443,7 +460,7 @@ function row(ex, i) {
     }
     put(r, files(s));
     const rd = requestDiffAt.get(s.n);
-    if (rd && rd.verdict !== "same") r.append(el("div", {class: "reqdiff", text: `request against the parent's: ${rdSentence(rd)}${rd.cache ? " · " + cacheText(rd.cache) : ""}`}));
+    if (rd && rd.verdict !== "same") r.append(el("div", {class: "reqdiff", text: `request against the parent's: ${rdSentence(rd)}${rd.cache ? " · " + cacheText(rd.cache) + (rd.cache.basis ? " · " + rd.cache.basis : "") : ""}`}));
     put(r, comparisonFor(s.n));
   }
   r.append(bodyBlock(ex, "request"), bodyBlock(ex, "response"));
