@@ -29,7 +29,9 @@ class Block:
     ``field`` (``model``, ``tools``, ``system``, ``role``, ``text``, ``tool_call``,
     ``tool_result``, ``reasoning`` or a part's own kind), ``value`` (the provider JSON, marker
     left out), ``key`` (its canonical bytes: sorted keys), ``marker`` (it carried the protocol's
-    cache marker; ``auto``: placed by the request's top-level marker, :func:`with_automatic`)."""
+    cache marker; ``auto``: placed by the request's top-level marker, :func:`with_automatic`);
+    ``source``: a message part's canonical part (None outside the messages) and ``loose`` its
+    normalised forms once judged (:class:`~pvisor.adapters.request_diff_kinds.Judge`)."""
 
     path: str
     message: int | None
@@ -39,6 +41,8 @@ class Block:
     key: bytes
     marker: bool = False
     auto: bool = False  #: the marker is the request's own (automatic caching), not the block's
+    source: Any = None
+    loose: Any = None
 
     @property
     def size(self) -> int:

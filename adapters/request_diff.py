@@ -57,7 +57,9 @@ from pvisor.adapters.request_cache import (
     param_differs,
     prompt_cache,
 )
+from pvisor.adapters.request_diff_kinds import KIND_REASONS, DifferenceKind, Judge, agent_of, collapsed
 from pvisor.adapters.request_diff_paths import RunPaths, run_directories
+from pvisor.adapters.request_diff_runs import Side, first_request, main_steps, response_usage, synthetic_end
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Conversation, Exchange
 from pvisor.journal.redact import redact_document, redact_path
@@ -88,8 +90,17 @@ class Structure:
     expected: str | None
     got: str | None
     reason: str
-    #: the blocks differ only in each run's own directories (:mod:`.request_diff_paths`)
-    run_paths: bool = False
+    #: what the difference is made of (:mod:`.request_diff_kinds`): incidental unless ``real``
+    kind: DifferenceKind = DifferenceKind.REAL
+
+    @property
+    def run_paths(self) -> bool:
+        """The blocks differ only in each run's own directories (:mod:`.request_diff_paths`)."""
+        return self.kind is DifferenceKind.RUN_PATHS
+
+    @property
+    def incidental(self) -> bool:
+        return self.kind.incidental
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +112,8 @@ class Structure:
             "got": self.got,
             "reason": self.reason,
             "run_paths": self.run_paths,
+            "kind": self.kind.value,
+            "incidental": self.incidental,
         }
 
     def sentence(self) -> str:
@@ -125,14 +138,18 @@ class RequestDiff:
     cache: dict[str, Any] | None = None
     note: str | None = None
     extends: bool = False
-    #: the first difference of each part of the prompt (model, tools, system, messages), and
-    #: those made only of the runs' own directories before it, then the first parameter that
-    #: differs; ``structure`` first
+    #: the first real difference of each part of the prompt (model, tools, system, messages),
+    #: and the incidental ones before it, then the parameters that differ; the real ones first
+    #: (each group in reading order), ``structure`` first; at most :data:`MAX_DIFFERENCES`
     differences: list[Structure] = field(default_factory=list)
+    #: the differences found past :data:`MAX_DIFFERENCES` (not in ``differences``)
+    more_differences: int = 0
     #: every block of the prompt that differs differs only in each run's own directories, and
     #: no parameter the cache keys the messages on differs (the prompts say the same; another
     #: parameter, no part of the prompt, may: Anthropic's ``metadata`` names each run's session)
     only_run_paths: bool = False
+    #: it differs, and every difference (blocks, parameters, ids outside them) is incidental
+    only_incidental: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,34 +159,60 @@ class RequestDiff:
             "b_bytes": self.b_bytes,
             "structure": self.structure.to_json() if self.structure is not None else None,
             "differences": [d.to_json() for d in self.differences],
+            "more_differences": self.more_differences,
             "only_run_paths": self.only_run_paths,
+            "only_incidental": self.only_incidental,
             "cache": self.cache,
             "note": self.note,
             "extends": self.extends,
         }
 
     def sentence(self) -> str:
-        """One line: the verdict, the byte, the structure, the cache figures."""
+        """One line: the verdict, the real differences (the first leads), the incidental ones
+        in one clause (:func:`~.request_diff_kinds.collapsed`), the byte, the cache figures."""
         if self.verdict is DiffVerdict.SAME:
             return f"same bytes ({self.a_bytes:,} bytes)"
-        text = f"{self.verdict.value}{ONLY_RUN_PATHS if self.only_run_paths else ''}: " + (
-            f"bodies part at byte {self.first_byte:,} (A {self.a_bytes:,} bytes, B {self.b_bytes:,})"
+        found = self.found()
+        text = f"{self.verdict.value}{self.how}: " + "; ".join(
+            [
+                *found,
+                f"bodies part at byte {self.first_byte:,} (A {self.a_bytes:,} bytes, B {self.b_bytes:,})",
+            ]
         )
         if self.note:
             text += f"; {self.note}"
-        if self.structure is not None:
-            text += f"; {self.structure.sentence()}"
-        for more in self.differences[1:]:
-            text += f"; then {more.sentence()}"
         if self.cache is not None:
             text += f"; {cache_sentence(self.cache)}"
         return text
 
+    @property
+    def how(self) -> str:
+        """How the verdict is qualified: `` only in the runs' own directories`` when every
+        difference is of them, `` only incidentally`` when every one is incidental, else ``""``
+        (``only_run_paths`` alone does not say it: a parameter no part of the prompt may
+        differ besides)."""
+        if not self.only_incidental:
+            return ""
+        return ONLY_RUN_PATHS if all(d.run_paths for d in self.differences) else ONLY_INCIDENTAL
+
+    def found(self) -> list[str]:
+        """The differences as clauses: each real one (``then`` before the second on), the
+        incidental ones collapsed (``also: ...``, or alone when there is no real one), and
+        ``N more`` when :data:`MAX_DIFFERENCES` left some out."""
+        real = [d for d in self.differences if not d.incidental]
+        out = [("then " if i else "") + d.sentence() for i, d in enumerate(real)]
+        incidental = [d for d in self.differences if d.incidental]
+        if incidental:
+            out.append(("also: " if real else "") + collapsed(incidental))
+        if self.more_differences:
+            out.append(f"{self.more_differences:,} more")
+        return out
+
 
 #: how a step says that its requests differ only in each run's own directories
 ONLY_RUN_PATHS = " only in the runs' own directories"
-#: how a difference made of them is named
-RUN_PATHS_REASON = "differs only in the runs' own directories (pvisor's private home of each run)"
+#: how a step says that every difference of its requests is incidental
+ONLY_INCIDENTAL = " only incidentally"
 #: differences named per pair of requests at most (``differences``)
 MAX_DIFFERENCES = 6
 
@@ -214,9 +257,11 @@ def prompt_blocks(conv: Conversation, marker: str | None, seen: dict | None = No
     keeps the memo, and so the messages, alive as long as ``seen``)."""
     blocks: list[Block] = []
 
-    def add(path: str, message: int | None, part: int | None, fld: str, value: Any) -> None:
+    def add(
+        path: str, message: int | None, part: int | None, fld: str, value: Any, source: Any = None
+    ) -> None:
         value, marked = _strip(value, marker)
-        blocks.append(Block(path, message, part, fld, value, canonical(value), marked))
+        blocks.append(Block(path, message, part, fld, value, canonical(value), marked, source=source))
 
     if conv.model is not None:
         add("model", None, None, "model", conv.model)
@@ -237,7 +282,7 @@ def prompt_blocks(conv: Conversation, marker: str | None, seen: dict | None = No
         add(f"messages[{m}]", m, None, "role", msg.role)
         for p, part in enumerate(msg.parts):
             kind = _PART_FIELDS.get(type(part).__name__) or getattr(part, "kind", "other")
-            add(f"messages[{m}].parts[{p}]", m, p, kind, _part_value(part))
+            add(f"messages[{m}].parts[{p}]", m, p, kind, _part_value(part), part)
         if seen is not None:
             seen[(id(msg), m)] = blocks[start:]
     return blocks
@@ -268,9 +313,13 @@ def _find(blocks: list[Block], key: bytes, start: int) -> int | None:
     return next((i for i in range(start, len(blocks)) if blocks[i].key == key), None)
 
 
-def _structure(a: list[Block], b: list[Block], d: int, scope: str = "") -> Structure:
+def _structure(
+    a: list[Block], b: list[Block], d: int, scope: str = "", judge: Judge | None = None
+) -> Structure:
     """The structure sentence of the first differing block ``d`` (one side may have ended);
-    ``scope``: the part of the prompt ``a`` and ``b`` are (``messages``), or the whole."""
+    ``scope``: the part of the prompt ``a`` and ``b`` are (``messages``), or the whole;
+    ``judge``: tells the kind of a block that changed in place (one added, missing or moved is
+    ``real``)."""
     of = f" of the {scope}" if scope else ""
     if d >= len(a):
         blk = b[d]
@@ -305,7 +354,11 @@ def _structure(a: list[Block], b: list[Block], d: int, scope: str = "") -> Struc
     elif x.field != y.field or x.path != y.path:
         reason = f"A's {x.path} ({x.field}) is B's {y.path} ({y.field})"
     else:
-        reason = f"the {y.field.replace('_', ' ')} differs"
+        kind = judge.block(x, y) if judge is not None else DifferenceKind.REAL
+        what = f"the {y.field.replace('_', ' ')}"
+        expected, got = _difference(x.value, y.value)
+        reason = f"{what} {KIND_REASONS[kind]}" if kind.incidental else f"{what} differs"
+        return Structure(y.path, y.message, y.part, y.field, expected, got, reason, kind)
     expected, got = _difference(x.value, y.value)
     return Structure(y.path, y.message, y.part, y.field, expected, got, reason)
 
@@ -321,34 +374,26 @@ def _only_paths(x: Block, y: Block, paths: tuple[RunPaths, RunPaths] | None) -> 
     return bool(paths) and paths[0].replace(x.key) == paths[1].replace(y.key)
 
 
-def _named(s: Structure, run_paths: bool) -> Structure:
-    if run_paths:
-        s.run_paths, s.reason = True, f"the {s.field.replace('_', ' ')} {RUN_PATHS_REASON}"
-    return s
-
-
-def _differences(
-    a: list[Block], b: list[Block], d: int, paths: tuple[RunPaths, RunPaths] | None
-) -> list[Structure]:
-    """The first difference of each part of the prompt from block ``d`` on (model, tools,
+def _differences(a: list[Block], b: list[Block], d: int, judge: Judge) -> list[Structure]:
+    """The first real difference of each part of the prompt from block ``d`` on (model, tools,
     system, messages: each part is compared on its own, so that a system prompt that differs
-    does not hide the message that does), and in a part the differences made only of the runs'
-    own directories (:func:`_only_paths`) up to the first that is not; at most
-    :data:`MAX_DIFFERENCES`. Blocks come in those parts' order, each part contiguous."""
+    does not hide the message that does), and in a part the incidental differences
+    (:class:`~.request_diff_kinds.Judge`) up to it; at most :data:`MAX_DIFFERENCES` in a part
+    (the caller keeps as many in all). Blocks come in those parts' order, each contiguous."""
     out: list[Structure] = []
     parts: dict[str, tuple[list[Block], list[Block]]] = {}
     for side, blocks in ((0, a), (1, b)):
         for blk in blocks[d:]:
             parts.setdefault(_section(blk), ([], []))[side].append(blk)
     for scope, (sa, sb) in parts.items():
-        i, common = 0, min(len(sa), len(sb))
-        while len(out) < MAX_DIFFERENCES:
+        i, common, found = 0, min(len(sa), len(sb)), 0
+        while found < MAX_DIFFERENCES:
             i = next((k for k in range(i, common) if sa[k].key != sb[k].key), common)
             if i >= max(len(sa), len(sb)):
                 break
-            own = i < common and _only_paths(sa[i], sb[i], paths)
-            out.append(_named(_structure(sa, sb, i, scope), own))
-            if not own:
+            out.append(_structure(sa, sb, i, scope, judge))
+            found += 1
+            if not out[-1].incidental:
                 break
             i += 1
     return out
@@ -371,23 +416,26 @@ def _params(conv: Conversation) -> dict[str, Any]:
     return dict(conv.params, stream=conv.stream)
 
 
-def _params_structure(ca: Conversation, cb: Conversation) -> Structure | None:
+def _params_structures(ca: Conversation, cb: Conversation, judge: Judge) -> list[Structure]:
+    """Each parameter that differs, in body order, with its kind (a parameter the agents make
+    anew in every run is named by those keys: ``params.metadata.user_id``)."""
     pa, pb = _params(ca), _params(cb)
-    for name in [*pa, *(k for k in pb if k not in pa)]:
-        if param_differs(pa, pb, name):
-            # one key each (or none): the matcher's view names a side that lacks it "(absent)"
-            only_a, only_b = ({name: p[name]} if name in p else {} for p in (pa, pb))
-            exp, got = _difference(only_a, only_b)
-            return Structure(
-                f"params.{name}",
-                None,
-                None,
-                "params",
-                exp,
-                got,
-                f"the parameter {name} differs (the prompt is the same)",
-            )
-    return None
+    out = []
+    for name in _differing(ca, cb):
+        kind, shown = judge.param(name, pa, pb)
+        # one key each (or none): the matcher's view names a side that lacks it "(absent)"
+        only_a, only_b = ({name: p[name]} if name in p else {} for p in (pa, pb))
+        exp, got = _difference(only_a, only_b)
+        why = KIND_REASONS[kind] if kind.incidental else "differs (the prompt is the same)"
+        reason = f"the parameter {shown} {why}"
+        out.append(Structure(f"params.{shown}", None, None, "params", exp, got, reason, kind))
+    return out
+
+
+def _differing(ca: Conversation, cb: Conversation) -> list[str]:
+    """The names of the parameters that differ, in A's body order, then B's own."""
+    pa, pb = _params(ca), _params(cb)
+    return [name for name in [*pa, *(k for k in pb if k not in pa)] if param_differs(pa, pb, name)]
 
 
 class Reading:
@@ -416,6 +464,7 @@ def diff_requests(
     readings: tuple[Reading, Reading] | None = None,
     paths: tuple[RunPaths, RunPaths] | None = None,
     why_json: str = "no protocol",
+    agents: tuple[Any, Any] | None = None,
 ) -> RequestDiff:
     """Compare request bodies ``a`` and ``b`` of ``protocol`` (a name of ``PROTOCOL_MODULES``,
     or None: then as JSON only). ``usage_b``: B's response's usage object in the protocol's
@@ -423,7 +472,9 @@ def diff_requests(
     ``path_a``/``path_b``: the request paths (Gemini names the model in the path);
     ``readings``: what each side keeps across many requests (:class:`Reading`); ``paths``: each
     side's run's own directories (:func:`~.request_diff_paths.run_directories`): a difference
-    made only of them is named so (``run_paths``, ``only_run_paths``); ``why_json``: the
+    made only of them is named so (``run_paths``, ``only_run_paths``); ``agents``: each side's
+    agent descriptor (or None), whose ids and output decorations are incidental too
+    (:mod:`.request_diff_kinds`: ``kind``, ``only_incidental``); ``why_json``: the
     note's reason when ``protocol`` is None. Never raises
     for a body that is not JSON or not a request: it is compared as bytes, with a ``note``."""
     first = first_differing_byte(a, b)
@@ -437,21 +488,20 @@ def diff_requests(
     ja, jb, same = read
     if same:
         out.verdict = DiffVerdict.BYTES_ONLY
-    if protocol is None:
+    mod = get_protocol(protocol) if protocol is not None else None
+    judge = Judge(mod, paths, agents)
+    if mod is None:
         if out.verdict is DiffVerdict.DIFFERS:
-            out.structure = _json_structure(ja, jb)
-            out.differences = [out.structure]
+            _found(out, [_json_structure(ja, jb, judge)])
         out.note = f"{why_json}: compared as JSON"
         return out
-    mod = get_protocol(protocol)
     ra, rb = readings if readings is not None else (Reading(), Reading())
     try:
         ca, cb = ra.parse(mod, ja, path_a), rb.parse(mod, jb, path_b)  # each body parsed once
     except BadInputError as exc:
         out.note = f"{exc.message}: compared as JSON only"
         if out.verdict is DiffVerdict.DIFFERS:
-            out.structure = _json_structure(ja, jb)
-            out.differences = [out.structure]
+            _found(out, [_json_structure(ja, jb, judge)])
         return out
     marker = mod.PROMPT_CACHE.get("marker")
     ba = with_automatic(prompt_blocks(ca, marker, ra.seen), ca, marker)
@@ -460,33 +510,53 @@ def diff_requests(
     if d < max(len(ba), len(bb)):
         # the prompt differs though the bodies may not: Gemini names the model in the path
         out.verdict = DiffVerdict.DIFFERS
-        own = d < min(len(ba), len(bb)) and _only_paths(ba[d], bb[d], paths)
-        out.structure = _named(_structure(ba, bb, d), own)
-        out.differences = _differences(ba, bb, d, paths)
-        if out.differences and out.differences[0].path == out.structure.path:
-            out.differences[0] = out.structure
-        params = _params_structure(ca, cb)  # no part of the prompt: named after it
-        if params is not None and len(out.differences) < MAX_DIFFERENCES:
-            out.differences.append(params)
+        whole = _structure(ba, bb, d, judge=judge)  # worded for the whole prompt
+        found = [whole if x.path == whole.path else x for x in _differences(ba, bb, d, judge)]
+        params = _params_structures(ca, cb, judge)  # no part of the prompt: named after it
+        _found(out, found + params)
         keyed = mod.PROMPT_CACHE.get("messages_invalidated_by", ())
         out.only_run_paths = (
             len(ba) == len(bb)
             and all(x.key == y.key or _only_paths(x, y, paths) for x, y in zip(ba[d:], bb[d:]))
             and not any(param_differs(_params(ca), _params(cb), name) for name in keyed)
         )
+        out.only_incidental = (
+            len(ba) == len(bb)
+            and all(x.key == y.key or judge.block(x, y).incidental for x, y in zip(ba[d:], bb[d:]))
+            and all(p.incidental for p in params)
+        )
         out.extends = d == len(ba)
         out.cache = prompt_cache(mod, ba, bb, d, usage_b, params=(_params(ca), _params(cb)))
     else:
         if out.verdict is DiffVerdict.DIFFERS:
-            out.structure = _params_structure(ca, cb) or _json_structure(ja, jb)
-            out.differences = [out.structure]
+            params = _params_structures(ca, cb, judge)
+            # what differs besides them: what the protocol's reading keeps nowhere (Codex's
+            # message item ids); a body's top-level keys are its parameters' names
+            names = set(_differing(ca, cb))
+            rest = [
+                {k: v for k, v in j.items() if k not in names} if isinstance(j, dict) else j for j in (ja, jb)
+            ]
+            if canonical(rest[0]) != canonical(rest[1]):
+                params.append(_json_structure(*rest, judge))
+            _found(out, params)
         out.cache = prompt_cache(mod, ba, bb, d, usage_b, unchanged=True, params=(_params(ca), _params(cb)))
     return out
 
 
-def _json_structure(ja: Any, jb: Any) -> Structure:
+def _found(out: RequestDiff, found: list[Structure]) -> None:
+    """``out``'s differences from ``found`` (in reading order): the real ones first, at most
+    :data:`MAX_DIFFERENCES`; ``structure`` the first of them (the first real one, if any)."""
+    ordered = [x for x in found if not x.incidental] + [x for x in found if x.incidental]
+    out.differences, out.more_differences = ordered[:MAX_DIFFERENCES], max(0, len(ordered) - MAX_DIFFERENCES)
+    out.structure = ordered[0] if ordered else None
+    out.only_incidental = bool(found) and all(x.incidental for x in found)
+
+
+def _json_structure(ja: Any, jb: Any, judge: Judge) -> Structure:
     exp, got = _difference(ja, jb)
-    return Structure("body", None, None, "body", exp, got, "the JSON differs")
+    kind = judge.body(ja, jb)
+    reason = f"the JSON {KIND_REASONS[kind]}" if kind.incidental else "the JSON differs"
+    return Structure("body", None, None, "body", exp, got, reason, kind)
 
 
 def read_pair(a: bytes, b: bytes) -> tuple[Any, Any, bool] | str:
@@ -521,97 +591,6 @@ def _exact(body: bytes) -> str:
 # --------------------------------------------------------------------------- runs
 
 
-#: the flag of playback's synthetic final reply: its request is never a step
-_SYNTHETIC_END = "synthetic_end"
-
-
-@dataclass(slots=True)
-class Side:
-    """One side of a run comparison: a journal's ``reader``, the ``run`` (its whole id) and
-    ``attempt`` (None: every attempt), its main-loop exchanges as (step n, exchange), and the
-    request playback's synthetic final reply answered (``end``: a derived run's request after
-    its boundary, never a step of its own), or None."""
-
-    reader: Any
-    run: str
-    attempt: int | None
-    steps: list[tuple[int, Exchange]]
-    end: Exchange | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "journal": self.reader.path,
-            "run": self.run,
-            "attempt": self.attempt,
-            "steps": len(self.steps),
-        }
-
-
-def main_steps(
-    reader: Any, run_id: str, attempt: int | None = None, hint: list[str] | None = None
-) -> list[tuple[int, Exchange]]:
-    """The run's main-loop exchanges as (step n, exchange), step 1 first; with ``attempt`` only
-    those that attempt sent (still numbered in the whole run). The roles the chain rule stored
-    (``pvisor run`` stores them) are taken when every exchange has one, else the run is
-    classified (:func:`~pvisor.adapters.chains.classify_run`). Playback's synthetic final
-    request is never a step. ``hint``: the main-loop exchange ids in step order where the caller
-    has them (a trajectory read already: ``meta["steps"][i]["exchange"]``). UsageError for an
-    unknown run (the reader's)."""
-    run = reader.run(run_id)
-    exchanges = reader.exchanges(run.id)
-    if hint is not None:
-        by_id = {e.id: e for e in exchanges}
-        main = [by_id[x] for x in hint if x in by_id]
-    elif exchanges and all(e.role is not None for e in exchanges):
-        main = [e for e in exchanges if e.role == "main"]
-    else:
-        from pvisor.adapters.chains import classify_run  # here: only a run without stored roles
-
-        main = [r.exchange for r in classify_run(reader, run.id).main_requests]
-    while main and _SYNTHETIC_END in main[-1].flags:
-        main.pop()
-    return [(n, e) for n, e in enumerate(main, 1) if attempt is None or e.attempt == attempt]
-
-
-def synthetic_end(reader: Any, run_id: str, attempt: int | None = None) -> Exchange | None:
-    """The run's last request answered by playback's synthetic final reply (flag
-    ``synthetic_end``: a replay's request after its boundary, where the replayed observation
-    first shows), or None."""
-    ends = [
-        e
-        for e in reader.exchanges(run_id)
-        if _SYNTHETIC_END in e.flags and (attempt is None or e.attempt == attempt)
-    ]
-    return ends[-1] if ends else None
-
-
-def first_request(reader: Any, run_id: str, attempt: int) -> Exchange | None:
-    """The first request of ``attempt`` that carries a conversation (a POST of a protocol, not
-    a token count), for an attempt with no main-loop step of its own (Gemini CLI's resume starts
-    a new chain)."""
-    for e in reader.exchanges(run_id):
-        if e.attempt == attempt and e.protocol and e.request_body and e.method == "POST":
-            if not get_protocol(e.protocol).counts_tokens(e.path):
-                return e
-    return None
-
-
-def response_usage(reader: Any, ex: Exchange) -> Any:
-    """The usage object of an exchange's reply in its protocol's own shape, or None (no reply,
-    a reply that does not read)."""
-    if not ex.protocol or not (ex.response_final or ex.response_body):
-        return None
-    from pvisor.adapters.chains import read_final_response
-
-    try:
-        final, _ = read_final_response(reader, ex)
-        if not isinstance(final, dict):
-            return None
-        return get_protocol(ex.protocol).response_to_action(final).usage
-    except (BadInputError, ValueError, TypeError, KeyError):
-        return None
-
-
 def diff_exchanges(
     ra: Any,
     a: Exchange,
@@ -620,12 +599,14 @@ def diff_exchanges(
     readings: tuple[Reading, Reading] | None = None,
     detail: bool = True,
     paths: tuple[RunPaths, RunPaths] | None = None,
+    agents: tuple[Any, Any] | None = None,
 ) -> RequestDiff:
     """:func:`diff_requests` of two journaled exchanges of one protocol (of two protocols, or
-    none: as JSON), with B's recorded usage and each run's own directories (``paths``, read
-    from the journal when not given). Without ``detail`` only the verdict and the bytes (no
-    structure, no cache: one C-level JSON comparison, no protocol reading). IntegrityError when
-    a stored body is damaged (the reader's)."""
+    none: as JSON), with B's recorded usage, each run's own directories (``paths``) and each
+    run's agent descriptor (``agents``), both read from the journal when not given. Without
+    ``detail`` only the verdict and the bytes (no structure, no cache: one C-level JSON
+    comparison, no protocol reading). IntegrityError when a stored body is damaged (the
+    reader's)."""
     body_a = ra.request_body(a) or b""
     body_b = rb.request_body(b) or b""
     if not detail:
@@ -637,6 +618,8 @@ def diff_exchanges(
     usage = response_usage(rb, b) if body_a != body_b else None
     if paths is None and body_a != body_b:
         paths = (run_directories(ra, a.run), run_directories(rb, b.run))
+    if agents is None and body_a != body_b:
+        agents = (agent_of(ra, a.run), agent_of(rb, b.run))
     out = diff_requests(
         body_a,
         body_b,
@@ -647,6 +630,7 @@ def diff_exchanges(
         readings=readings,
         paths=paths,
         why_json=why,
+        agents=agents,
     )
     if out.verdict is DiffVerdict.DIFFERS:
         out.note = _body_note("A", a, body_a) or _body_note("B", b, body_b) or out.note
@@ -730,9 +714,10 @@ class RunDiff:
 
     @property
     def first_real_parting(self) -> StepDiff | None:
-        """The first step that differs in more than the runs' own directories."""
+        """The first step with a real difference (not only incidental ones: the runs' own
+        directories, the agent's ids, its output decorations; :mod:`.request_diff_kinds`)."""
         return next(
-            (s for s in self.steps if s.diff.verdict is DiffVerdict.DIFFERS and not s.diff.only_run_paths),
+            (s for s in self.steps if s.diff.verdict is DiffVerdict.DIFFERS and not s.diff.only_incidental),
             None,
         )
 
@@ -746,6 +731,7 @@ class RunDiff:
             "aligned": len(self.steps),
             **counts,
             "only_run_paths": sum(s.diff.only_run_paths for s in self.steps),
+            "only_incidental": sum(s.diff.only_incidental for s in self.steps),
             "only_a": len(self.only_a),
             "only_b": len(self.only_b),
             "first_parting_step": first.step if first is not None else None,
@@ -757,6 +743,21 @@ class RunDiff:
         # an attempt B with no request to set against A's last one: one side has requests
         lopsided = not self.steps and bool(self.a.steps) != bool(self.b.steps)
         return self.first_parting is not None or bool(self.only_a or self.only_b) or lopsided
+
+    def _parting_line(self, first: StepDiff) -> str:
+        """``first real parting step: 2 (A x-…, B x-…)``, then the first step that parts only
+        incidentally before it, if any; or that every step that parts does so incidentally."""
+        real = self.first_real_parting
+        if real is first:
+            return f"first parting step: {first.label.removeprefix('step ')} (A {first.a}, B {first.b})"
+        how = first.diff.how
+        before = f"the first parting step, {first.label.removeprefix('step ')} (A {first.a}, B {first.b})"
+        if real is None:
+            return f"no real parting: every step that parts differs{ONLY_INCIDENTAL}; {before}, differs{how}"
+        return (
+            f"first real parting step: {real.label.removeprefix('step ')} (A {real.a}, B {real.b}); "
+            f"{before}, differs{how}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -783,15 +784,7 @@ class RunDiff:
         elif empty and not self.steps:
             out.append(f"run {empty[0]} has no main-loop request")
         elif first is not None:
-            line = f"first parting step: {first.label.removeprefix('step ')} (A {first.a}, B {first.b})"
-            real = self.first_real_parting
-            if first.diff.only_run_paths:
-                line += f", which differs{ONLY_RUN_PATHS}; " + (
-                    f"past them: {real.label} (A {real.a}, B {real.b})"
-                    if real is not None
-                    else "every step that parts differs only in them"
-                )
-            out.append(line)
+            out.append(self._parting_line(first))
         elif self.only_a or self.only_b:
             out.append("the aligned steps' requests do not part; one run has more steps")
         else:
@@ -836,6 +829,7 @@ def diff_runs(
     a.steps = main_steps(reader_a, a.run, attempt_a, hints.get(a.run))
     b.steps = main_steps(reader_b, b.run, attempt_b, hints.get(b.run))
     paths = (run_directories(reader_a, a.run), run_directories(reader_b, b.run))
+    agents = (agent_of(reader_a, a.run), agent_of(reader_b, b.run))
     same_run = a.run == b.run and reader_a.path == reader_b.path
     follows = bool(a.steps and b.steps and b.steps[0][0] == a.steps[-1][0] + 1)
     if attempt_b is not None and a.steps and ((same_run and follows) or not b.steps):
@@ -843,7 +837,7 @@ def diff_runs(
         out = RunDiff(a, b, "extends")
         if ex_b is not None:
             a_n, ex_a = a.steps[-1]
-            found = diff_exchanges(reader_a, ex_a, reader_b, ex_b, paths=paths)
+            found = diff_exchanges(reader_a, ex_a, reader_b, ex_b, paths=paths, agents=agents)
             out.steps.append(StepDiff(n, a_n, ex_a.id, ex_b.id, found))
         return out
     a.end, b.end = synthetic_end(reader_a, a.run, attempt_a), synthetic_end(reader_b, b.run, attempt_b)
@@ -857,14 +851,16 @@ def diff_runs(
         detailed = 0
         for (na, ea), (nb, eb) in zip(a.steps, b.steps):
             full = detail is None or detailed < detail
-            found = diff_exchanges(reader_a, ea, reader_b, eb, readings if full else None, full, paths)
+            found = diff_exchanges(
+                reader_a, ea, reader_b, eb, readings if full else None, full, paths, agents
+            )
             detailed += full and found.verdict is not DiffVerdict.SAME
             out.steps.append(StepDiff(nb, na, ea.id, eb.id, found))
     finally:
         if collecting:
             gc.enable()
     k = len(out.steps)
-    after = _after_boundary(a, b, k, paths)
+    after = _after_boundary(a, b, k, paths, agents)
     if after is not None:
         out.steps.append(after)
     skip = k + (after is not None)
@@ -873,7 +869,9 @@ def diff_runs(
     return out
 
 
-def _after_boundary(a: Side, b: Side, k: int, paths: tuple[RunPaths, RunPaths]) -> StepDiff | None:
+def _after_boundary(
+    a: Side, b: Side, k: int, paths: tuple[RunPaths, RunPaths], agents: tuple[Any, Any]
+) -> StepDiff | None:
     """The request after a replay's boundary against the other run's step there: when one
     side's ``k`` steps all were aligned and its :func:`synthetic_end` request follows them, it
     is set against the other side's step ``k + 1`` (the request that carries the replayed
@@ -883,7 +881,7 @@ def _after_boundary(a: Side, b: Side, k: int, paths: tuple[RunPaths, RunPaths]) 
             n_mine = mine.steps[-1][0] + 1 if mine.steps else 1
             n_other, ex_other = other.steps[k]
             ea, eb = (mine.end, ex_other) if flip else (ex_other, mine.end)
-            found = diff_exchanges(a.reader, ea, b.reader, eb, paths=paths)
+            found = diff_exchanges(a.reader, ea, b.reader, eb, paths=paths, agents=agents)
             step, a_step = (n_other, n_mine) if flip else (n_mine, n_other)
             return StepDiff(step, a_step, ea.id, eb.id, found, after_boundary=True)
     return None

@@ -286,7 +286,7 @@ def test_two_runs_are_aligned_step_by_step_and_the_first_parting_step_named(tmp_
     assert lines[4:] == ["step 5 only in B", f"first parting step: 4 (A {parting['a']}, B {parting['b']})"]
     assert doc["mode"] == "steps" and doc["summary"]["first_parting_step"] == 4
     assert doc["summary"] == {"aligned": 4, "same": 3, "bytes_only": 0, "differs": 1,
-                              "only_run_paths": 0, "only_a": 0, "only_b": 1,
+                              "only_run_paths": 0, "only_incidental": 0, "only_a": 0, "only_b": 1,
                               "first_parting_step": 4, "first_real_parting_step": 4}  # fmt: skip
     assert doc["only_b"] == [5] and [s["verdict"] for s in doc["steps"]] == [
         "same",
@@ -416,10 +416,18 @@ def test_the_examples_of_docs_diff_run_with_their_exit_codes(tmp_path):
         assert b"Traceback" not in proc.stderr, command
 
 
-def anthropic_run(w: Journal, run: str, results: list[str], parent: str | None = None, end: bool = False):
+def anthropic_run(
+    w: Journal,
+    run: str,
+    results: list[str],
+    parent: str | None = None,
+    end: bool = False,
+    session: bool = False,
+):
     """A Claude Code-shaped run whose system prompt names its private home (as Claude Code names
     its memory folder), one step per result; ``end``: its last request is a replay's request
-    after the boundary (answered by playback's synthetic final reply)."""
+    after the boundary (answered by playback's synthetic final reply); ``session``: its
+    ``metadata.user_id`` names the run's own session, as Claude Code's does."""
     home = f"/data/runs/{run}/home"
     labels = {"run_dir": f"/data/runs/{run}", "home": home, "workspace": f"/data/{run}-ws"}
     mode = "replay-only" if parent else "capture"
@@ -429,7 +437,7 @@ def anthropic_run(w: Journal, run: str, results: list[str], parent: str | None =
         msgs = conversation(2 * i + 1)
         for k, m in enumerate(msgs[2::2], 1):
             m["content"][0]["content"] = results[k - 1]
-        body = anthropic_body(msgs)
+        body = anthropic_body(msgs, **({"metadata": {"user_id": f"user_0_session_{run}"}} if session else {}))
         body["system"].append(
             {"type": "text", "text": f"Your memory is in `{home}/.claude/projects/-ws/memory/`."}
         )
@@ -462,11 +470,16 @@ def test_a_difference_of_the_runs_own_directories_is_told_from_a_real_one(tmp_pa
     assert "runs' own directories" in one["structure"]["reason"]
     assert one["cache"]["reusable_bytes"] < one["cache"]["prompt_bytes"]  # the bytes still cost cache
     assert (two["step"], two["a_step"], two["after_boundary"], two["only_run_paths"]) == (2, 2, True, False)
-    assert [(d["path"], d["reason"]) for d in two["differences"]][1] == (
+    # the real difference first (``structure``), the incidental one after it
+    assert [(d["path"], d["reason"], d["kind"], d["incidental"]) for d in two["differences"]][0] == (
         "messages[2].parts[0]",
         "the tool result differs",
+        "real",
+        False,
     )
-    assert two["differences"][0]["run_paths"] is True and two["structure"] == two["differences"][0]
+    assert two["structure"] == two["differences"][0] and two["only_incidental"] is False
+    assert (two["differences"][1]["run_paths"], two["differences"][1]["kind"]) == (True, "run_paths")
+    assert one["only_incidental"] is True and one["structure"]["kind"] == "run_paths"
     assert doc["only_a"] == [3]
     summary = doc["summary"]
     assert (summary["only_run_paths"], summary["first_parting_step"], summary["first_real_parting_step"]) == (
@@ -476,12 +489,15 @@ def test_a_difference_of_the_runs_own_directories_is_told_from_a_real_one(tmp_pa
     )
     lines = cli(j, "p", "c").stdout.splitlines()
     assert lines[0].startswith("step 1: differs only in the runs' own directories: ")
-    assert lines[1].startswith("step 2 (the request after the boundary): differs: ")
-    assert "then message 2 part 0: the tool result differs" in lines[1]
+    # the step leads with its real difference; the runs' own paths come after it, collapsed
+    assert lines[1].startswith(
+        "step 2 (the request after the boundary): differs: message 2 part 0: the tool result differs "
+    )
+    assert "; also: the runs' own paths in system[1]; bodies part at byte " in lines[1]
     assert lines[2:] == [
         "step 3 only in A",
-        f"first parting step: 1 (A {one['a']}, B {one['b']}), which differs only in the runs' own "
-        f"directories; past them: step 2 (the request after the boundary) (A {two['a']}, B {two['b']})",
+        f"first real parting step: 2 (the request after the boundary) (A {two['a']}, B {two['b']}); "
+        f"the first parting step, 1 (A {one['a']}, B {one['b']}), differs only in the runs' own directories",
     ]
     with JournalReader(j) as r:
         section = report_section(r, "c")
@@ -542,3 +558,124 @@ def test_the_wording_names_its_units_protocols_and_paths(tmp_path, monkeypatch):
         w.flush()
     doc = diff_json(j, xa, x)
     assert doc["note"] == "different protocols (anthropic against openai-responses): compared as JSON"
+
+
+def codex_run(w: Journal, run: str, outputs: list[str], parent: str | None = None) -> None:
+    """A Codex-shaped run (OpenAI Responses) of one ``exec_command`` step per output: each run
+    makes its own item ids (``msg_…``, ``fc_…``, ``fco_…``), session (``prompt_cache_key``,
+    ``client_metadata``), chunk ids and wall times, and names its workspace in its
+    ``<environment_context>``, as Codex does; the call ids are the model's (the same)."""
+    ws = f"/data/{run}-ws"
+    labels = {"run_dir": f"/data/runs/{run}", "home": f"/data/runs/{run}/home", "workspace": ws}
+    mode = "replay-only" if parent else "capture"
+    w.create_run(Run(id=run, agent="codex", parent_run=parent, mode=mode, labels=labels))
+    tool = {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}
+    items = [
+        {"type": "message", "id": f"msg_{run}_0", "role": "developer",
+         "content": [{"type": "input_text", "text": SYSTEM}]},
+        {"type": "message", "id": f"msg_{run}_1", "role": "user",
+         "content": [{"type": "input_text", "text": f"<environment_context>\n  <cwd>{ws}</cwd>\n"
+                                                    "</environment_context>"}]},
+        {"type": "message", "id": f"msg_{run}_2", "role": "user",
+         "content": [{"type": "input_text", "text": "Make three files."}]},
+    ]  # fmt: skip
+    roles = {}
+    for i, out in enumerate([None, *outputs]):
+        if out is not None:
+            items = [
+                *items,
+                {"type": "function_call", "id": f"fc_{run}_{i}", "call_id": f"call_{i}",
+                 "name": "exec_command", "arguments": f'{{"cmd":"touch {i}.txt"}}'},
+                {"type": "function_call_output", "id": f"fco_{run}_{i}", "call_id": f"call_{i}",
+                 "output": f"Chunk ID: {abs(hash((run, i))) % 10**6:06x}\nWall time: 0.00{len(run)}{i} "
+                           f"seconds\nProcess exited with code 0\nOutput:\n{out}\n"},
+            ]  # fmt: skip
+        body = {"model": "gpt-5-codex", "instructions": "You are Codex.", "input": items, "tools": [tool],
+                "stream": True, "prompt_cache_key": f"session-{run}",
+                "client_metadata": {"session_id": f"session-{run}", "turn_id": f"t-{run}-{i}"}}  # fmt: skip
+        x = w.record_exchange(
+            run, "POST", "/v1/responses", [], protocol="openai-responses", status=200,
+            request_body=orjson.dumps(body), response_body=b"{}",
+        )  # fmt: skip
+        roles[x] = (1, "main")
+    w.flush()
+    w.set_exchange_roles(run, roles)
+
+
+def test_a_faithful_codex_replay_differs_only_incidentally(tmp_path):
+    """A faithful Codex replay was called a real parting at its first tool result: its item ids
+    (``fco_…``) and its output's ``Chunk ID:`` and ``Wall time:`` are Codex's own in every run,
+    which the replay itself ignores. Each such difference is incidental (``agent_ids``,
+    ``decorations``, ``run_paths``), every step ``only_incidental``, no step a real parting; a
+    changed output still is one, led with in the text form."""
+    j = tmp_path / "j.sqlite"
+    with Journal.open(j) as w:
+        codex_run(w, "cx-capture", ["made 1", "made 2"])
+        codex_run(w, "cx-replay", ["made 1", "made 2"], parent="cx-capture")
+        codex_run(w, "cx-other", ["made 1", "made nothing"], parent="cx-capture")
+    doc = diff_json(j, "cx-capture", "cx-replay")
+    assert [s["verdict"] for s in doc["steps"]] == ["differs"] * 3
+    assert all(s["only_incidental"] for s in doc["steps"]), doc["steps"]
+    kinds = {(d["path"], d["kind"]) for s in doc["steps"] for d in s["differences"]}
+    assert {
+        ("messages[1].parts[0]", "run_paths"),  # the workspace in <environment_context>
+        ("messages[4].parts[0]", "decorations"),  # fco_ id, Chunk ID:, Wall time:
+        ("params.prompt_cache_key", "agent_ids"),
+        ("params.client_metadata", "agent_ids"),
+    } <= kinds, kinds
+    assert all(d["incidental"] for s in doc["steps"] for d in s["differences"])
+    assert all(s["cache"]["reusable_bytes"] < s["cache"]["prompt_bytes"] for s in doc["steps"][1:])
+    summary = doc["summary"]
+    assert (
+        summary["only_incidental"],
+        summary["first_parting_step"],
+        summary["first_real_parting_step"],
+    ) == (
+        3,
+        1,
+        None,
+    )
+    lines = cli(j, "cx-capture", "cx-replay").stdout.splitlines()
+    assert lines[1].startswith("step 2: differs only incidentally: the runs' own paths in message 1; ")
+    assert "expected" not in lines[1]  # collapsed: no expected/got
+    assert lines[-1].startswith("no real parting: every step that parts differs only incidentally; ")
+    other = diff_json(j, "cx-capture", "cx-other")
+    assert other["summary"]["first_real_parting_step"] == 3
+    third = other["steps"][2]
+    assert (third["structure"]["path"], third["structure"]["kind"], third["only_incidental"]) == (
+        "messages[6].parts[0]",
+        "real",
+        False,
+    )
+    text = cli(j, "cx-capture", "cx-other").stdout.splitlines()
+    assert text[2].startswith("step 3: differs: message 6 part 0: the tool result differs (expected ")
+    assert text[-1].startswith("first real parting step: 3 (A ")
+
+
+def test_two_claude_code_requests_lead_with_their_real_difference(tmp_path):
+    """A Claude Code replay's request against its parent's named the system prompt's home path
+    first, then the workspace, then ``metadata.user_id``, the changed tool result in the middle
+    and, for two exchanges, on no line at all: each real difference has its ``where:`` line,
+    first; the incidental ones one ``also:`` line, without expected and got."""
+    j = tmp_path / "j.sqlite"
+    with Journal.open(j) as w:
+        anthropic_run(w, "cc-p", ["made 1", "made 2", "made 3"], session=True)
+        anthropic_run(w, "cc-c", ["made 1", "made nothing", "made 3"], parent="cc-p", session=True)
+    doc = diff_json(j, "cc-p", "cc-c")
+    second = doc["steps"][2]
+    assert second["structure"]["path"] == "messages[4].parts[0]" and second["structure"]["kind"] == "real"
+    assert [d["kind"] for d in second["differences"]] == ["real", "run_paths", "agent_ids"]
+    assert second["differences"][2]["path"] == "params.metadata.user_id"
+    assert doc["steps"][0]["only_incidental"] is True and doc["summary"]["first_real_parting_step"] == 3
+    lines = cli(j, "cc-p", "cc-c").stdout.splitlines()
+    assert lines[0].startswith(
+        "step 1: differs only incidentally: the runs' own paths in system[1]; metadata.user_id; "
+    )
+    assert lines[2].startswith("step 3: differs: message 4 part 0: the tool result differs (expected ")
+    assert "; also: the runs' own paths in system[1]; metadata.user_id; bodies part at byte " in lines[2]
+    p = cli(j, second["a"], second["b"])
+    assert p.returncode == 1, p.stderr
+    out = p.stdout.splitlines()
+    assert out[1].startswith("where: message 4 part 0: the tool result differs (expected content: ")
+    assert out[2] == "also: the runs' own paths in system[1]; metadata.user_id"
+    assert out[3].startswith("cache: ")

@@ -66,6 +66,8 @@ class ClaudeCode(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"Bash"}))
     key_env = "ANTHROPIC_API_KEY"
+    # metadata.user_id names the session (a new one in every run)
+    run_params = ("metadata.user_id",)
     volatile_context = (
         "the <env> block of the system prompt (working directory, platform, date) and its git status",
         "the x-anthropic-billing-header block leading the system prompt sent to api.anthropic.com",

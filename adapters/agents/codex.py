@@ -154,6 +154,8 @@ class Codex(AgentProfile):
         rx(r"# AGENTS\.md instructions for [^\n]*\n\n<INSTRUCTIONS>[\s\S]*</INSTRUCTIONS>\s*"),
     )
     prompt_markers = ("<environment_context>",)
+    # the cache key is the session id; client_metadata names the session, turn and window
+    run_params = ("prompt_cache_key", "client_metadata")
     # exec_command output starts with a chunk id and the wall time of the command
     output_decorations = (
         (rx(r"Chunk ID: [0-9A-Za-z]+"), "Chunk ID: <id>"),

@@ -156,6 +156,10 @@ class AgentDescriptor:
     volatile_context: tuple[str, ...] = ()
     volatile_patterns: tuple[LazyPattern, ...] = ()
     output_decorations: tuple[tuple[LazyPattern, str], ...] = ()
+    #: request parameters (dotted: ``metadata.user_id``) whose value the agent makes anew in every
+    #: run (a session id, a cache key named after it): two runs of one task differ there at every
+    #: step though their prompts say the same (``pvisor diff``'s ``agent_ids``, docs/diff.md)
+    run_params: tuple[str, ...] = ()
     path_arguments: dict[str, tuple[str, ...]] = {}
     read_tools: frozenset[str] = frozenset()
     finish_commands: tuple[str, ...] = ()

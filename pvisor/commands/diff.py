@@ -205,8 +205,11 @@ def _exchange_json(reader: Any, ex: Any) -> dict[str, Any]:
 
 
 def _exchange_lines(found: Any) -> list[str]:
-    """One line per finding of two exchanges' diff."""
+    """One line per finding of two exchanges' diff: the verdict and first byte, a note, a
+    ``where:`` line per real difference, the incidental ones in one ``also:`` line (``only
+    incidental:`` when there is no real one), the differences past the cap, the cache."""
     from pvisor.adapters.request_diff import cache_sentence
+    from pvisor.adapters.request_diff_kinds import collapsed
 
     if found.verdict.value == "same":
         return [f"same: the bodies are equal ({found.a_bytes:,} bytes)"]
@@ -216,8 +219,13 @@ def _exchange_lines(found: Any) -> list[str]:
     ]
     if found.note:
         lines.append(f"note: {found.note}")
-    if found.structure is not None:
-        lines.append(f"where: {found.structure.sentence()}")
+    real = [d for d in found.differences if not d.incidental]
+    lines += [f"where: {d.sentence()}" for d in real]
+    incidental = [d for d in found.differences if d.incidental]
+    if incidental:
+        lines.append(f"{'also' if real else 'only incidental'}: {collapsed(incidental)}")
+    if found.more_differences:
+        lines.append(f"{found.more_differences:,} more differences not shown")
     if found.cache is not None:
         lines.append(cache_sentence(found.cache))
     return lines
