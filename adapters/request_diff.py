@@ -30,6 +30,11 @@
   else an estimate of a quarter of the bytes (the rule of the scripted model's token counts,
   :func:`pvisor.adapters.protocols.replies.token_count_reply`), marked ``"estimate": true``.
 
+Each difference has a kind (:mod:`.request_diff_kinds`): the runs' own directories, ids the agent
+or its protocol makes in every run, the agent's decorations of tool output (incidental: the
+prompts say the same, though the cache pays for them), or real; a pair's real differences come
+first, and a run's first real parting step is the first with one.
+
 A body that is not JSON, or not a request of its protocol, is compared as bytes only (a
 ``note`` says why). :func:`diff_runs` aligns two runs (or attempts) step by step by their
 main-loop exchanges; :func:`report_section` is a derived run's section of the report page.
