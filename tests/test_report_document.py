@@ -19,6 +19,7 @@ from agent_helpers import capture_scripted, entrypoint, pvisor, user_env
 from cli_helpers import pvisor_main
 from test_gateway_cli import ENV
 
+from pvisor.adapters.agents import get_descriptor
 from pvisor.adapters.exports.report_workspace import DIFF_LINES, step_files
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.journal.reader import JournalReader
@@ -263,3 +264,33 @@ def test_an_agent_exiting_0_that_failed_by_its_own_account_failed(tmp_path):
     o = doc["outcome"]
     assert (o["verdict"], o["exit_code"]) == ("failed", 0)
     assert o["agent_status"] == {"outcome": "failed", "detail": "RepeatedFormatError"}
+
+
+#: what each agent's shell tool answers for ``cat does-not-exist.txt`` (exit 1), as recorded runs
+#: and the agents' sources word it: the code it states
+SHELL_ANSWERS = {
+    "codex": "Chunk ID: bd56f8\nWall time: 0.0000 seconds\nProcess exited with code 1\nOriginal token "
+    "count: 13\nOutput:\ncat: does-not-exist.txt: No such file or directory\n",
+    "gemini-cli": "Output: cat: does-not-exist.txt: No such file or directory\nExit Code: 1\n"
+    "Process Group PGID: 4242",
+    "qwen-code": "Command: cat does-not-exist.txt\nDirectory: (root)\nOutput: Exit Code: 0\nError: (none)\n"
+    "Exit Code: 1\nSignal: (none)\nProcess Group PGID: 4242",
+    "mini-swe-agent": '{\n  "returncode": 1,\n  "output": "cat: does-not-exist.txt: No such file"\n}',
+}
+
+
+def test_a_shell_call_whose_output_states_a_non_zero_code_failed(tmp_path):
+    """Codex's results carry no is_error: its ``cat does-not-exist.txt`` (a real capture) is a
+    failed call by the exit code its output states, as Claude Code's is by is_error; each
+    agent's words for the code are its descriptor's (the last statement counts: a command's
+    own output saying ``Exit Code: 0`` does not)."""
+    for agent, text in SHELL_ANSWERS.items():
+        assert get_descriptor(agent).shell_exit_code(text) == 1, agent
+    assert get_descriptor("opencode").shell_exit_code("Exit Code: 1") is None
+    missing = {"tool": "@shell", "command": "cat does-not-exist.txt"}
+    script = {"turns": [{"text": "Look.", "tool_calls": [missing]}, {"text": "Done."}]}
+    cap = capture_scripted("codex", tmp_path, script, "read it")
+    doc, _ = page_data(cap.journal, cap.run, tmp_path / "p.html")
+    [call] = steps_of(doc)[0]["calls"]
+    assert (call["kind"], call["failed"]) == ("shell", True)
+    assert doc["totals"]["failed_calls"] == 1

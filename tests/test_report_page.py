@@ -371,22 +371,39 @@ def ended_replay(path: Path) -> str:
     return run
 
 
-#: the request diff the diff command gives each step (adapters/request_diff.py's report_section,
-#: with its only_run_paths and differences): step 1 differs only in the runs' own home paths,
-#: step 2 in two sections
+#: the request diff the diff command gives each step (adapters/request_diff.py's report_section):
+#: step 1 differs only in the runs' own home paths (an older diff: only_run_paths, no kinds),
+#: step 2 in the agent's ids first, then two real sections; the request after the boundary (the
+#: replay's synthetic end, found by after_boundary) in a real one
 RUN_PATHS = {
     "path": "system",
     "reason": "/tmp/a/runs/r-aaaa/home/.claude against /tmp/a/runs/r-bbbb/home/.claude",
 }
+IDS = {"path": "metadata.user_id", "reason": "session id", "kind": "agent_ids", "incidental": True}
 TWO = [
-    {"path": "tools[0].description", "reason": "text differs"},
-    {"message": 2, "part": 0, "reason": "tool result"},
+    {"path": "tools[0].description", "reason": "text differs", "kind": "real", "incidental": False},
+    {"message": 2, "part": 0, "reason": "tool result", "kind": "real", "incidental": False},
 ]
-DIFF = {"against": "r-5ca1ab1e0000", "summary": {},
+AFTER = {"message": 4, "part": 0, "reason": "the replayed observation", "kind": "real", "incidental": False}
+SUMMARY = {
+    "aligned": 3,
+    "same": 0,
+    "bytes_only": 0,
+    "differs": 3,
+    "only_run_paths": 1,
+    "only_incidental": 1,
+    "first_parting_step": 1,
+    "first_real_parting_step": 2,
+}
+DIFF = {"against": "r-5ca1ab1e0000", "summary": SUMMARY,
         "steps": [{"step": 1, "a": "x1", "b": "y1", "verdict": "differs", "first_byte": 40,
                    "only_run_paths": True, "differences": [RUN_PATHS], "structure": RUN_PATHS},
                   {"step": 2, "a": "x2", "b": "y2", "verdict": "differs", "first_byte": 50,
-                   "only_run_paths": False, "differences": TWO, "structure": TWO[0]}]}  # fmt: skip
+                   "only_run_paths": False, "only_incidental": False, "differences": [IDS, *TWO],
+                   "structure": TWO[0]},
+                  {"step": 3, "a": "x3", "b": "y3", "after_boundary": True, "verdict": "differs",
+                   "first_byte": 60, "only_incidental": False, "differences": [AFTER],
+                   "structure": AFTER}]}  # fmt: skip
 
 
 def test_a_replay_ended_by_pvisor_adds_up_says_why_and_isolates_its_names(browser, tmp_path):
@@ -438,32 +455,75 @@ def test_a_replay_ended_by_pvisor_adds_up_says_why_and_isolates_its_names(browse
         "return [...document.querySelectorAll('h1 bdi')]"
         ".every(b => getComputedStyle(b).unicodeBidi === 'isolate')"
     )
-    # the request diff: step 1 only the runs' paths (a quiet mark, no divergence), step 2 differs
-    step1 = browser.find_element("css selector", "#index li[data-step='1']")
-    assert step1.find_elements("css selector", ".mk.paths") and not step1.find_elements(
-        "css selector", ".mk.divergent"
-    )
-    assert (
-        browser.find_element("css selector", "#filters input[data-filter='divergent']")
-        .find_element("xpath", "..")
-        .text.strip()
-        == "divergences (1)"
-    )
-    pill = browser.find_element("css selector", ".row[data-step='1'] .pill[title]")
-    assert pill.text == "request: only the runs' own paths" and "bad" not in pill.get_attribute("class")
-    assert browser.find_element("css selector", "table.rd tr[data-step='1']").get_attribute(
-        "data-verdict"
-    ) == ("only_run_paths")
-    line = browser.find_element("css selector", ".row[data-step='2'] .reqdiff").text
-    assert "tools[0].description: text differs" in line and "message 2 part 0: tool result" in line
-    # the table names the first difference, the others folded below it
-    row2 = browser.find_element("css selector", "table.rd tr[data-step='2']")
-    assert "tools[0].description" in row2.text and "message 2 part 0" not in row2.text
-    folded = row2.find_element("css selector", "details")
-    assert folded.text == "1 more difference" and "message 2 part 0" in folded.get_attribute("textContent")
+    requests_against_the_parents(browser)
     # the task as given, the agent's rendering folded, the resumed attempt's command
     assert browser.find_element("id", "task-given").text == f"task: {GIVEN}"
     folded = browser.find_element("id", "task-rendered")
     assert folded.tag_name == "details" and RENDERED in folded.get_attribute("textContent")
     assert RESUMED in browser.find_element("css selector", ".attempt-task[data-attempt='2']").text
+    where_attempt_2_starts(browser)
+    # no tool time: no ratio bar that would read as empty; a few steps' bars as wide as allowed
+    assert not browser.find_elements("css selector", "#totals [data-total='model-tool'] .share")
+    bars = browser.find_elements("css selector", "#chart rect.m")
+    assert len(bars) == 2 and all(int(b.get_attribute("width")) == 96 for b in bars)
     no_leaks(browser)
+
+
+def requests_against_the_parents(browser) -> None:
+    """Step 1 differs only in the runs' own paths: a quiet mark (a symbol, its meaning in its
+    tooltip, the entry's text whole), not a divergence, a one-line note on its card; step 2's
+    real differences lead (the table's first, its card's), the agent's ids one folded clause;
+    the request after the boundary's diff on the synthetic end's card and its table row so
+    labelled; the summary's first step that really parts first, in words."""
+    step1 = browser.find_element("css selector", "#index li[data-step='1']")
+    mark = step1.find_element("css selector", ".mk.paths")
+    assert mark.text == "≃" and "only in the runs' own paths" in mark.get_attribute("title")
+    assert not step1.find_elements("css selector", ".mk.divergent")
+    what = step1.find_element("css selector", ".ix-what")
+    assert browser.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth", what)
+    assert (
+        browser.find_element("css selector", "#filters input[data-filter='divergent']")
+        .find_element("xpath", "..")
+        .text.strip()
+        == "divergences (2)"
+    )
+    pill = browser.find_element("css selector", ".row[data-step='1'] .pill[title]")
+    assert pill.text == "request: only the runs' own paths" and "bad" not in pill.get_attribute("class")
+    note = browser.find_element("css selector", ".row[data-step='1'] .reqdiff")
+    assert "quiet" in note.get_attribute("class") and "\n" not in note.text
+    assert "not a divergence" in note.text
+    assert browser.find_element("css selector", "table.rd tr[data-step='1']").get_attribute(
+        "data-verdict"
+    ) == ("only_incidental")
+    card2 = browser.find_element("css selector", ".row[data-step='2'] .reqdiff")
+    lines = card2.text.split("\n")
+    assert lines[1] == "tools[0].description: text differs", lines
+    assert card2.find_element("css selector", ".rd-incidental summary").text == "also the agent's ids"
+    row2 = browser.find_element("css selector", "table.rd tr[data-step='2']")
+    where = row2.find_element("css selector", ".rd-where")
+    assert where.text.split("\n")[0] == "tools[0].description: text differs", where.text
+    folded = row2.find_element("css selector", ".rd-more")
+    assert folded.text == "1 more difference" and "message 2 part 0" in folded.get_attribute("textContent")
+    assert row2.find_element("css selector", ".rd-incidental").text == "also the agent's ids"
+    end = browser.find_element("css selector", ".row.end .reqdiff")
+    assert "message 4 part 0: the replayed observation" in end.text
+    after = browser.find_element("css selector", "table.rd tr[data-after-boundary]")
+    assert "(the request after the boundary)" in after.text
+    summary = browser.find_element("id", "diff-summary").find_elements("css selector", "span")
+    assert summary[0].text == "first step that really parts: 2"
+
+
+def where_attempt_2_starts(browser) -> None:
+    """The resumed attempt's first exchange: a divider in the index (its command), a line in
+    the chart before its bar, a divider above its card; the divider's link jumps there."""
+    divider = browser.find_element("css selector", "#index li.attempt-divider")
+    assert divider.text.startswith("attempt 2: ") and RESUMED in divider.text
+    following = divider.find_element("xpath", "following-sibling::li[1]")
+    assert following.get_attribute("data-step") == "2"
+    line = browser.find_element("css selector", "#chart g.attempt[data-attempt='2']")
+    assert RESUMED in line.find_element("css selector", "title").get_attribute("textContent")
+    start = browser.find_element("css selector", ".attempt-start[data-attempt='2']")
+    card = start.find_element("xpath", "following-sibling::div[1]")
+    assert card.get_attribute("data-step") == "2" and RESUMED in start.text
+    divider.find_element("css selector", "a").click()
+    assert in_view(browser, ".attempt-start[data-attempt='2']")

@@ -165,6 +165,11 @@ class Codex(AgentProfile):
         r"Chunk ID: [^\n]*\nWall time: [^\n]*\n(?:Process (?:exited with code|running with session ID) "
         r"[^\n]*\n)?(?:Original token count: [^\n]*\n)?Output:\n?(?P<out>[\s\S]*)"
     )
+    # exec_command's header (its `shell` tool's: ``Exit code: N``); its results carry no is_error
+    shell_exit_pattern = rx(
+        r"\A(?:Chunk ID: [^\n]*\n)?(?:Wall time: [^\n]*\n)?(?:Process exited with code|Exit code:) "
+        r"(?P<code>-?\d+)"
+    )
     path_arguments = {"exec_command": ("workdir",), "shell": ("workdir",), "view_image": ("path",)}
     read_tools = frozenset({"view_image"})
     image_readers = {"view_image": "path"}

@@ -178,6 +178,12 @@ class AgentDescriptor:
     #: decorations are normalised; None: the output as it is. A handoff compares O and O″ of two
     #: agents through it (:meth:`shell_output`)
     shell_output_pattern: LazyPattern | None = None
+    #: how its shell tool's output states the command's exit code (group ``code``; the last
+    #: match counts: the command's own output comes before the agent's trailer), or None when
+    #: its output says nothing of it (Claude Code sets ``is_error`` instead). A shell call whose
+    #: result leaves ``is_error`` unset and states a non-zero code failed (the run page's
+    #: failed calls, :meth:`shell_exit_code`)
+    shell_exit_pattern: LazyPattern | None = None
     #: what its shell tool answers for a command without output (``(empty)``)
     empty_outputs: tuple[str, ...] = ()
     #: what its shell tool refuses to run anywhere in a command, even inside quotes (Gemini CLI's
@@ -480,6 +486,16 @@ class AgentDescriptor:
                 out = m.group("out")
                 return "" if out.strip() in self.empty_outputs else out
         return text
+
+    def shell_exit_code(self, text: str) -> int | None:
+        """The exit code a shell call's output ``text`` states in this agent's words
+        (:attr:`shell_exit_pattern`, its last match), or None when it states none."""
+        if self.shell_exit_pattern is None:
+            return None
+        found = None
+        for found in self.shell_exit_pattern.finditer(text):
+            pass
+        return int(found.group("code")) if found is not None else None
 
     def effect_of(self, name: str) -> ToolEffect:
         """What a call of tool ``name`` does (:attr:`tool_effects`; a tool of

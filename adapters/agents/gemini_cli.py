@@ -119,6 +119,8 @@ class GeminiCli(AgentProfile):
         r"(?:\n[\s\S]*?)?(?:\s*</untrusted_context>)?"
     )
     empty_outputs = ("(empty)",)
+    # run_shell_command's line after the output and its error, only for a non-zero code
+    shell_exit_pattern = rx(r"(?m)^Exit Code: (?P<code>-?\d+)$")
     # 0.61.0 refuses a command holding $(, a backtick, <( or >( ("Command injection detected"),
     # quoted or not (seen under pvisor handoff: a translated write of a README with `code`)
     shell_refuses = rx(r"\$\(|`|<\(|>\(")

@@ -105,6 +105,9 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
     task_option = "--task="
     volatile_context = ("the <system_information> block of its instance template (uname of the machine)",)
     volatile_patterns = (rx(r"<system_information>[\s\S]*?</system_information>"),)
+    # its observation templates open on the code: 1.x ``<returncode>1</returncode>``, 2.x a JSON
+    # object ``{"returncode": 1, "output": ...}``
+    shell_exit_pattern = rx(r"\A\s*(?:<returncode>|\{\s*\"returncode\":\s*)(?P<code>-?\d+)")
     # litellm's httpx reads SSL_CERT_FILE; requests-based helpers read REQUESTS_CA_BUNDLE
     ca_env = {"SSL_CERT_FILE": "bundle", "REQUESTS_CA_BUNDLE": "bundle"}
     intercept_verified = True  # tests/test_intercept.py runs it through the proxy

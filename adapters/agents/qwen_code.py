@@ -170,6 +170,8 @@ class QwenCode(AgentProfile):
         r"Command: [\s\S]*?\nDirectory: [^\n]*\nOutput: (?P<out>[\s\S]*?)\nError: [\s\S]*"
     )
     empty_outputs = ("(empty)",)
+    # run_shell_command's line after the output and its error (``Exit Code: (none)`` for a signal)
+    shell_exit_pattern = rx(r"(?m)^Exit Code: (?P<code>-?\d+)$")
     path_arguments = {
         "read_file": ("file_path",),
         "write_file": ("file_path",),

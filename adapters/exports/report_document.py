@@ -13,7 +13,7 @@ The overview (issue 43) adds, all from the journal alone:
   ``model_ms``, ``tool_ms`` and ``tokens`` (defined there);
 - per step, the reasoning texts (never a signature or encrypted content), each tool call's
   ``kind`` (the agent's descriptor's :class:`~pvisor.adapters.agents.effects.Effect`), ``failed``
-  (its result says ``is_error``) and ``view`` (:func:`call_view`), and the files it changed
+  (:func:`failed_calls`) and ``view`` (:func:`call_view`), and the files it changed
   (:mod:`pvisor.adapters.exports.report_workspace`);
 - ``system``: request 1's system prompt and tools, once; ``workspace``: whether files are shown.
 """
@@ -127,7 +127,7 @@ def _body(data: bytes | None, limit: int, exchange: str, which: str) -> dict[str
 def _call(c: Any, descriptor: Any, failed: set[str]) -> dict[str, Any]:
     """A tool call for the page: id, name, its arguments as JSON text (clipped), ``kind`` (the
     :class:`Effect` value the agent's ``descriptor`` gives its tool; ``other`` without one),
-    ``failed`` (its id is among the ids whose result says ``is_error``) and ``view``
+    ``failed`` (its id is among ``failed``: :func:`failed_calls`) and ``view``
     (:func:`call_view`)."""
     args = c.arguments if c.arguments is not None else c.arguments_raw
     effect = descriptor.effect_of(c.name) if descriptor is not None else None
@@ -469,7 +469,7 @@ def run_totals(
       auxiliary exchanges); ``synthetic_end`` (the replay's final replies that ended the agent:
       exchanges flagged ``synthetic_end``, neither steps nor auxiliary); ``retries`` (the
       main-loop requests sent again: each step's ``retries``); ``tool_calls``; ``failed_calls``
-      (calls whose result says ``is_error``);
+      (:func:`failed_calls`);
     - ``tokens_in``, ``tokens_out``, ``tokens_cached``: the sums over every reply that reported
       usage, main-loop and auxiliary, in the protocol's own fields read by its
       ``normalised_usage`` (input with cache reads and writes, output with reasoning, cache
@@ -584,6 +584,24 @@ def _attach_files(
     }
 
 
+def failed_calls(action: Any, observation: Any, descriptor: Any) -> set[str]:
+    """The ids of ``action``'s calls that failed: their result says ``is_error``, or (no
+    ``is_error`` at all) the call is a shell call whose output states a non-zero exit code in
+    the agent's words (``descriptor.shell_exit_code``: Codex's ``Process exited with code 1``)."""
+    kinds = {c.id: descriptor.effect_of(c.name).effect for c in action.tool_calls} if descriptor else {}
+    failed = set()
+    for r in observation.results:
+        if r.call_id is None:
+            continue
+        if r.is_error is True:
+            failed.add(r.call_id)
+        elif r.is_error is None and kinds.get(r.call_id) is Effect.SHELL:
+            code = descriptor.shell_exit_code(_text_of(r.content))
+            if code is not None and code != 0:
+                failed.add(r.call_id)
+    return failed
+
+
 def _row(
     reader: JournalReader,
     e: Any,
@@ -622,7 +640,7 @@ def _row(
     if step is not None:
         a, o = step.action, step.observation
         d = details[e.id]
-        failed = {r.call_id for r in o.results if r.is_error is True and r.call_id is not None}
+        failed = failed_calls(a, o, context.descriptor)
         usage = _usage_of(e.protocol, a.usage)
         row["step"] = {
             "n": step.n,

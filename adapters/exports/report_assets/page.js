@@ -34,27 +34,52 @@ const resultFailed = (s, c) => s.results.some(r => r.error && r.call_id != null 
 const callFailed = (s, c) => c.failed ?? resultFailed(s, c);
 const differsAt = new Map();  // step n -> O' differs from O (not alike once normalised)
 for (const c of doc.comparison || []) if (c.calls.some(k => k.diff != null && !k.same_normalised)) differsAt.set(c.n, true);
-const requestDiffAt = new Map();  // step n -> doc.diff's entry
-for (const d of (doc.diff && doc.diff.steps) || []) requestDiffAt.set(d.step, d);
 // an exchange that is no step: the chain rule's auxiliary one (its retried requests among them:
 // what totals.auxiliary counts), or the replay's synthetic final reply that ended the agent
 const isEnd = (ex) => !ex.step && ((ex.aux && ex.aux.kind === "synthetic_end") || (ex.flags || []).includes("synthetic_end"));
 const isAux = (ex) => !ex.step && !isEnd(ex) && !(ex.aux && ex.aux.kind === "other");
-// a request that differs from the parent's only in the two runs' own directories (their homes,
-// run folders: adapters/request_diff.py's only_run_paths) does not diverge
-const onlyRunPaths = (rd) => rd != null && rd.verdict === "differs" && rd.only_run_paths === true;
-function marksOf(ex) {
+// doc.diff's entry of each exchange (index in EX): by this run's exchange id (b), else the
+// request after the boundary (after_boundary: the replay's synthetic end), else by step
+const requestDiffOf = new Map();
+{
+  const byId = new Map(EX.map((ex, i) => [ex.id, i])), end = EX.findIndex(isEnd);
+  for (const d of (doc.diff && doc.diff.steps) || []) {
+    const i = d.b != null && byId.has(d.b) ? byId.get(d.b) : d.after_boundary && end >= 0 ? end : rowIndex.get(d.step);
+    if (i != null) requestDiffOf.set(i, d);
+  }
+}
+// a request that differs from the parent's only incidentally (adapters/request_diff.py's
+// only_incidental: the runs' own paths, ids the agent makes per run, its output decorations; an
+// older diff's only_run_paths) does not diverge
+const INCIDENTAL = {run_paths: "the runs' own paths", agent_ids: "the agent's ids", decorations: "the agent's output decorations"};
+const onlyIncidental = (rd) => rd != null && rd.verdict === "differs" && (rd.only_incidental ?? rd.only_run_paths) === true;
+const differencesOf = (d) => Array.isArray(d.differences) && d.differences.length ? d.differences : d.structure ? [d.structure] : [];
+// a difference is incidental by its own flag (or kind), or when the whole request's are
+const isIncidental = (d, st) => st && typeof st === "object" && (st.incidental ?? (st.kind != null ? st.kind !== "real" : onlyIncidental(d))) === true;
+const realOf = (d) => differencesOf(d).filter(st => !isIncidental(d, st));
+const incidentalOf = (d) => differencesOf(d).filter(st => isIncidental(d, st));
+// the words of a request's incidental differences: "the runs' own paths, the agent's ids"
+function incidentalWords(d) {
+  const kinds = [...new Set(incidentalOf(d).map(st => st.kind || (d.only_incidental == null ? "run_paths" : null)))];
+  const words = kinds.map(k => INCIDENTAL[k]).filter(Boolean);
+  return words.length ? words.join(", ") : "incidental parts";
+}
+function marksOf(ex, i) {
   const s = ex.step, m = {failed: false, divergent: false, retry: false, aux: isAux(ex), end: isEnd(ex), bytes: false, paths: false};
+  const rd = requestDiffOf.get(i);
+  m.paths = onlyIncidental(rd);
+  m.bytes = rd != null && rd.verdict === "bytes_only";
+  m.divergent = (s != null && differsAt.has(s.n)) || (rd != null && rd.verdict === "differs" && !m.paths);
   if (!s) return m;
   m.failed = s.calls.some(c => callFailed(s, c)) || s.results.some(r => r.error);
-  const rd = requestDiffAt.get(s.n);
-  m.paths = onlyRunPaths(rd);
-  m.divergent = differsAt.has(s.n) || (rd != null && rd.verdict === "differs" && !m.paths);
-  m.bytes = rd != null && rd.verdict === "bytes_only";
   m.retry = (s.retries || []).length > 0;
   return m;
 }
 const MARKS = EX.map(marksOf);
+// the first exchange of each attempt after the first (a resume): its index -> the attempt
+const ATTEMPT_AT = new Map();
+EX.forEach((ex, i) => { if (ex.attempt > 1 && (i === 0 || EX[i - 1].attempt !== ex.attempt)) ATTEMPT_AT.set(i, (doc.attempts || []).find(a => a.n === ex.attempt) || {n: ex.attempt}); });
+const attemptText = (a) => `attempt ${a.n}` + (a.command ? `: ${a.command}` : "");
 
 // ---- the header: the run, its outcome at a glance, its totals, its lineage
 function header() {
@@ -173,8 +198,9 @@ function totals(top) {
   cell("wall", "wall time", t.wall_ms === undefined ? undefined : fmtMs(t.wall_ms), null, t.wall_ms);
   if (t.model_ms !== undefined || t.tool_ms !== undefined) {
     const mm = t.model_ms || 0, tm = t.tool_ms || 0, sum = mm + tm;
-    const bar = el("div", {class: "share", title: `model ${fmtMs(t.model_ms)}, tools ${fmtMs(t.tool_ms)}`});
-    if (sum > 0) bar.append(el("span", {class: "m", style: `width:${(100 * mm / sum).toFixed(1)}%`}), el("span", {class: "t", style: `width:${(100 * tm / sum).toFixed(1)}%`}));
+    // the ratio bar only when there are two times to set side by side: no tool time, no bar
+    const bar = tm > 0 && mm > 0 ? el("div", {class: "share", title: `model ${fmtMs(t.model_ms)}, tools ${fmtMs(t.tool_ms)}`}) : null;
+    if (bar && sum > 0) bar.append(el("span", {class: "m", style: `width:${(100 * mm / sum).toFixed(1)}%`}), el("span", {class: "t", style: `width:${(100 * tm / sum).toFixed(1)}%`}));
     cell("model-tool", "model / tools", `${fmtMs(t.model_ms)} / ${fmtMs(t.tool_ms)}`, bar, `${t.model_ms} ${t.tool_ms}`);
   }
   cell("tool_calls", "tool calls", t.tool_calls === undefined ? undefined : fmtN(t.tool_calls));
@@ -184,11 +210,17 @@ function totals(top) {
   top.append(grid);
 }
 
+const BAR_MAX = 96;  // px: the widest bar of the chart
 // ---- the overview: the timeline chart, the system prompt and tools, where the requests part from the parent's
 function chart(box) {
   const steps = EX.filter(e => e.step);
   if (!steps.length) return;
-  const H = 90, w = steps.length > 300 ? 3 : steps.length > 120 ? 5 : steps.length > 40 ? 9 : 16, gap = w > 4 ? 1 : 0;
+  // bars as wide as the box allows (up to BAR_MAX px; a long run's as narrow as it takes, and
+  // scrolls sideways)
+  const n = steps.length, room = Math.floor(Math.max(300, box.clientWidth - 12) / n);
+  const least = n > 300 ? 3 : n > 120 ? 5 : n > 40 ? 9 : 16;
+  const H = 90, gap = Math.max(least, room) > 5 ? Math.min(4, Math.max(1, Math.floor(room / 8))) : 0;
+  const w = Math.max(least, Math.min(BAR_MAX, room - gap));
   const times = steps.map(e => {
     const s = e.step, model = s.model_ms ?? e.ms ?? 0, tool = s.tool_ms ?? 0;
     return [model, tool];
@@ -199,6 +231,9 @@ function chart(box) {
   const parts = [];
   steps.forEach((e, i) => {
     const s = e.step, [model, tool] = times[i], x = i * (w + gap);
+    // a resumed attempt's first step: a thin line before its bar, the attempt in its tooltip
+    const at = ATTEMPT_AT.get(rowIndex.get(s.n)) || (i > 0 && e.attempt !== steps[i - 1].attempt ? {n: e.attempt} : null);
+    if (at) parts.push(`<g class="attempt" data-attempt="${at.n}"><title>${attemptText((doc.attempts || []).find(a => a.n === at.n) || at).replace(/&/g, "&amp;").replace(/</g, "&lt;")}</title><rect x="${Math.max(0, x - Math.max(1, gap) / 2 - 1)}" y="0" width="2" height="${H}"/></g>`);
     const hm = Math.max(1, Math.round((H - 6) * model / top)), ht = Math.round((H - 6) * tool / top);
     const tk = s.tokens || {}, u = usageText(s.usage);
     const tokens = tk.in != null || tk.out != null ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : ((!s.tokens && u) || "no token usage reported");
@@ -216,6 +251,7 @@ function chart(box) {
     el("span", {}, el("i", {style: "background:var(--tool)"}), "tool time"),
     el("span", {}, el("i", {style: "background:var(--bad)"}), "a failed call"),
     el("span", {}, el("i", {style: "background:var(--mark)"}), "diverges"),
+    ATTEMPT_AT.size ? el("span", {}, el("i", {style: "background:var(--run);width:2px"}), "a resumed attempt starts") : null,
     el("span", {text: `${steps.length} step${steps.length > 1 ? "s" : ""}; the tallest bar is ${fmtMs(top)}`}));
   box.append(el("h2", {text: "Timeline"}), legend, wrap);
 }
@@ -237,19 +273,20 @@ function system(box) {
   });
   box.append(d);
 }
-// as adapters/request_diff.py words a RequestDiff (its sentence() is not in the JSON)
+// a request's difference from the parent's in one line: the real differences first (up to
+// upTo of them), the incidental ones as one clause, where the bytes part last
 function rdSentence(d, upTo) {
   if (d.sentence) return d.sentence;
   if (d.verdict === "same") return `same bytes${d.a_bytes != null ? ` (${fmtN(d.a_bytes)} bytes)` : ""}`;
-  let text = d.first_byte != null ? `bodies part at byte ${fmtN(d.first_byte)}` : "the bodies differ";
-  if (d.verdict === "bytes_only") text += ", the prompt does not (key order, whitespace)";
-  if (d.note) text += `; ${d.note}`;
-  if (onlyRunPaths(d)) text += "; only the runs' own paths differ (their homes and run folders)";
-  // every difference when the diff lists them (the first of each section), else the first
-  for (const st of differencesOf(d).slice(0, upTo ?? Infinity)) text += `; ${structureText(st)}`;
-  return text;
+  const at = d.first_byte != null ? `the bodies part at byte ${fmtN(d.first_byte)}` : "the bodies differ";
+  if (d.verdict === "bytes_only") return `${at}, the prompt does not (key order, whitespace)`;
+  if (onlyIncidental(d)) return `differs only in ${incidentalWords(d)}: not a divergence (${at})`;
+  const real = realOf(d), bits = real.slice(0, upTo ?? Infinity).map(structureText);
+  if (real.length > bits.length) bits.push(`${real.length - bits.length} more`);
+  if (incidentalOf(d).length) bits.push(`also ${incidentalWords(d)}`);
+  if (d.note) bits.push(d.note);
+  return [...bits, at].join("; ");
 }
-const differencesOf = (d) => Array.isArray(d.differences) && d.differences.length ? d.differences : d.structure ? [d.structure] : [];
 function structureText(st) {
   if (st == null || typeof st !== "object") return String(st);
   const where = st.message != null ? `message ${st.message}` + (st.part != null ? ` part ${st.part}` : "") : st.path != null ? String(st.path) : st.section != null ? String(st.section) : "";
@@ -271,29 +308,54 @@ function cacheCell(c) {
   if (c && c.basis) td.append(el("div", {class: "muted", text: c.basis}));
   return td;
 }
-// the table's cell of where a step's requests part: the first difference, the others folded
-function whereCell(d) {
-  const td = el("td", {class: "rd-where", text: rdSentence(d, 1)});
-  const rest = differencesOf(d).slice(1);
-  if (rest.length) {
-    const more = el("details", {}, el("summary", {text: `${rest.length} more difference${rest.length > 1 ? "s" : ""}`}));
-    for (const st of rest) more.append(el("div", {text: structureText(st)}));
-    td.append(more);
+// the real differences (the first, the others folded), then the incidental ones as one folded
+// clause ("also the runs' own paths, the agent's ids")
+function differenceList(d, box) {
+  const real = realOf(d), inc = incidentalOf(d);
+  if (real.length) box.append(el("div", {class: "rd-real", text: structureText(real[0])}));
+  if (real.length > 1) {
+    const more = el("details", {class: "rd-more"}, el("summary", {text: `${real.length - 1} more difference${real.length > 2 ? "s" : ""}`}));
+    for (const st of real.slice(1)) more.append(el("div", {text: structureText(st)}));
+    box.append(more);
   }
+  if (inc.length) {
+    const also = el("details", {class: "rd-incidental"}, el("summary", {text: `${real.length ? "also " : "only "}${incidentalWords(d)}`}));
+    for (const st of inc) also.append(el("div", {text: structureText(st)}));
+    box.append(also);
+  }
+}
+// the table's cell of where a step's requests part: the real differences first, the rest folded
+function whereCell(d) {
+  const td = el("td", {class: "rd-where"});
+  if (d.verdict !== "differs" || d.sentence || !differencesOf(d).length) td.textContent = rdSentence(d, 1);
+  else differenceList(d, td);
   return td;
 }
+// the diff's summary, in words people read, the first step that really parts first
+const SUMMARY_WORDS = {first_real_parting_step: "first step that really parts", first_parting_step: "first step that parts at all (incidental differences too)",
+  aligned: "steps compared", same: "same", bytes_only: "bytes only", differs: "differ", only_incidental: "differ only incidentally",
+  only_run_paths: "differ only in the runs' own paths", only_a: "steps only the parent has", only_b: "steps only this run has"};
 function requestDiff(box) {
   const D = doc.diff;
   if (!D || !Array.isArray(D.steps)) return;
   const sec = el("section", {id: "diff"}, el("h2", {text: `Requests against ${D.against || "the parent"}'s`}));
-  const sum = D.summary && typeof D.summary === "object" ? Object.entries(D.summary).filter(([, v]) => v == null || typeof v !== "object") : [];
-  if (sum.length) sec.append(el("div", {class: "meta"}, ...sum.map(([k, v]) => el("span", {}, k.replace(/_/g, " ") + " ", el("b", {text: v == null ? "none" : String(v)})))));
+  const S = D.summary && typeof D.summary === "object" ? D.summary : {};
+  // the first step that really parts first; an older diff's only_run_paths beside only_incidental is a part of it
+  const keys = [...Object.keys(SUMMARY_WORDS), ...Object.keys(S)].filter((k, i, all) => k in S && all.indexOf(k) === i && !(k === "only_run_paths" && "only_incidental" in S));
+  const sum = keys.map(k => [k, S[k]]).filter(([, v]) => v == null || typeof v !== "object");
+  if (sum.length) sec.append(el("div", {class: "meta", id: "diff-summary"}, ...sum.map(([k, v]) => el("span", {"data-key": k}, (SUMMARY_WORDS[k] || k.replace(/_/g, " ")) + ": ", el("b", {text: v == null ? "none" : String(v)})))));
   const table = el("table", {class: "rd"}, el("tr", {}, el("th", {text: "step"}), el("th", {text: "verdict"}), el("th", {text: "where"}), el("th", {text: "cache"})));
+  const endIx = EX.findIndex(isEnd);
   for (const d of D.steps) {
-    const paths = onlyRunPaths(d);
-    const cls = paths ? "pill flag" : d.verdict === "differs" ? "pill bad" : d.verdict === "bytes_only" ? "pill flag" : "pill";
-    table.append(el("tr", {"data-step": String(d.step), "data-verdict": paths ? "only_run_paths" : d.verdict}, el("td", {}, el("a", {href: `#step-${d.step}`, text: String(d.step)})),
-      el("td", {}, el("span", {class: cls, text: paths ? "the runs' own paths" : d.verdict})), whereCell(d), cacheCell(d.cache)));
+    const quiet = onlyIncidental(d);
+    const cls = quiet ? "pill flag" : d.verdict === "differs" ? "pill bad" : d.verdict === "bytes_only" ? "pill flag" : "pill";
+    // the request after the boundary is the replay's synthetic end: its row links that exchange
+    const end = d.after_boundary || (d.b != null && endIx >= 0 && EX[endIx].id === d.b);
+    const where = whereCell(d);
+    if (end) where.prepend(el("div", {class: "muted", text: "(the request after the boundary)"}));
+    table.append(el("tr", {"data-step": String(d.step), "data-verdict": quiet ? "only_incidental" : d.verdict, "data-after-boundary": end ? "1" : null},
+      el("td", {}, el("a", {href: end && endIx >= 0 ? `#ex-${EX[endIx].id}` : `#step-${d.step}`, text: String(d.step)})),
+      el("td", {}, el("span", {class: cls, title: quiet ? "not a divergence" : null, text: quiet ? "incidental only" : d.verdict})), where, cacheCell(d.cache)));
   }
   sec.append(table);
   box.append(sec);
@@ -411,6 +473,25 @@ function comparisonFor(n) {
   }
   return box;
 }
+// the card's pill of its request against the parent's: quiet (not a divergence) when it
+// differs only incidentally or in bytes only
+function requestPill(rd, mk) {
+  if (!rd || rd.verdict === "same") return null;
+  const text = mk.paths ? `request: only ${incidentalWords(rd)}` : rd.verdict === "differs" ? "request differs" : "request bytes only";
+  return el("span", {class: "pill " + (rd.verdict === "differs" && !mk.paths ? "bad" : "flag"), title: rdSentence(rd), text});
+}
+// the card's note of its request against the parent's: one line when it differs only
+// incidentally or in bytes; else its real differences, the incidental ones folded, the cache
+function requestNote(rd) {
+  if (!rd || rd.verdict === "same") return null;
+  const cache = rd.cache ? " · " + cacheText(rd.cache) + (rd.cache.basis ? " · " + rd.cache.basis : "") : "";
+  if (rd.verdict !== "differs" || onlyIncidental(rd) || rd.sentence) return el("div", {class: "reqdiff quiet", text: `request against the parent's: ${rdSentence(rd)}${cache}`});
+  const at = rd.first_byte != null ? `the bodies part at byte ${fmtN(rd.first_byte)}` : "the bodies differ";
+  const box = el("div", {class: "reqdiff", text: `request against the parent's: differs (${at})${cache}`});
+  differenceList(rd, box);
+  if (rd.note) box.append(el("div", {class: "note", text: rd.note}));
+  return box;
+}
 function row(ex, i) {
   const s = ex.step, mk = MARKS[i];
   const r = el("div", {class: "row " + (s ? "main" : mk.end ? "aux end" : "aux"), id: "ex-" + ex.id, "data-exchange": ex.id, "data-i": String(i)});
@@ -433,10 +514,10 @@ function row(ex, i) {
     if (s.retries.length) head.append(el("span", {class: "pill flag", text: `${s.retries.length} retr${s.retries.length > 1 ? "ies" : "y"}`}));
     if (mk.failed) head.append(el("span", {class: "pill bad", text: "failed call"}));
     if (differsAt.has(s.n)) head.append(el("span", {class: "pill flag", text: "O′ differs"}));
-    const rd = requestDiffAt.get(s.n);
-    if (rd && rd.verdict !== "same") head.append(el("span", {class: "pill " + (rd.verdict === "differs" && !mk.paths ? "bad" : "flag"), title: rdSentence(rd), text: mk.paths ? "request: only the runs' own paths" : rd.verdict === "differs" ? "request differs" : "request bytes only"}));
+    put(head, requestPill(requestDiffOf.get(i), mk));
   } else if (mk.end) {
     head.append(el("span", {class: "end-note", text: `ended by the replay: its reply to the request after the boundary${RUN.boundary_step != null ? ` (step ${RUN.boundary_step})` : ""} ended the agent`}));
+    put(head, requestPill(requestDiffOf.get(i), mk));
   } else if (ex.aux) {
     head.append(el("span", {text: `auxiliary${ex.aux.kind ? " [" + ex.aux.kind + "]" : ""} ${ex.aux.reason || ""}`}));
   }
@@ -459,10 +540,9 @@ function row(ex, i) {
       r.append(o);
     }
     put(r, files(s));
-    const rd = requestDiffAt.get(s.n);
-    if (rd && rd.verdict !== "same") r.append(el("div", {class: "reqdiff", text: `request against the parent's: ${rdSentence(rd)}${rd.cache ? " · " + cacheText(rd.cache) + (rd.cache.basis ? " · " + rd.cache.basis : "") : ""}`}));
-    put(r, comparisonFor(s.n));
   }
+  put(r, requestNote(requestDiffOf.get(i)));
+  if (s) put(r, comparisonFor(s.n));
   r.append(bodyBlock(ex, "request"), bodyBlock(ex, "response"));
   applyShown(r, i);
   return r;
@@ -476,7 +556,9 @@ function renderSlice(upTo) {
   const end = Math.min(Math.max(next + SLICE, upTo == null ? 0 : upTo + 1), EX.length);
   const frag = document.createDocumentFragment();
   for (; next < end; next++) {
-    const ex = EX[next];
+    const ex = EX[next], a = ATTEMPT_AT.get(next);
+    // where a resumed attempt starts: its command (the journal keeps its prompt there)
+    if (a) frag.append(el("div", {class: "attempt-start", id: `attempt-${a.n}`, "data-attempt": String(a.n)}, el("b", {text: `attempt ${a.n} starts here`}), a.command ? el("code", {text: a.command}) : null));
     frag.append(row(ex, next));
     const b = RUN.boundary_step;
     if (b != null && ex.step && ex.step.n === b) {
@@ -539,11 +621,14 @@ function buildIndex() {
     const a = el("a", {href: s ? `#step-${s.n}` : `#ex-${ex.id}`, "data-i": String(i), title: indexLabel(ex)},
       el("span", {class: "ix-n", text: s ? String(s.n) : "·"}), el("span", {class: "ix-what", text: indexLabel(ex)}));
     if (mk.failed) a.append(el("span", {class: "mk failed", title: "a failed call", text: "✗"}));
+    // each mark a symbol, its meaning in its tooltip: the entry's text keeps the room
     if (mk.divergent) a.append(el("span", {class: "mk divergent", title: "diverges from the parent", text: "≠"}));
     else if (mk.bytes) a.append(el("span", {class: "mk bytes", title: "request bytes differ, the prompt does not", text: "≈"}));
-    else if (mk.paths) a.append(el("span", {class: "mk paths", title: "the request differs from the parent's only in the runs' own paths", text: "≈ the runs' own paths"}));
+    else if (mk.paths) a.append(el("span", {class: "mk paths", title: `the request differs from the parent's only in ${incidentalWords(requestDiffOf.get(i))}: not a divergence`, text: "≃"}));
     if (mk.end) a.append(el("span", {class: "mk end", title: "the replay's final reply, which ended the agent", text: "∎"}));
     if (mk.retry) a.append(el("span", {class: "mk retry", title: "retried", text: "↻"}));
+    const at = ATTEMPT_AT.get(i);
+    if (at) frag.append(el("li", {class: "attempt-divider", "data-attempt": String(at.n), title: attemptText(at)}, el("a", {href: `#attempt-${at.n}`, "data-attempt-link": String(i), text: attemptText(at)})));
     frag.append(el("li", {class: s ? "ix step" : mk.end ? "ix aux end" : "ix aux", "data-i": String(i), "data-step": s ? String(s.n) : null}, a));
   });
   list.append(frag);
@@ -562,11 +647,13 @@ function refilter() {
   } else state.found = null;
   let count = 0;
   for (const li of document.getElementById("index").children) {
+    if (li.dataset.i == null) { li.classList.toggle("hidden", state.filters.size > 0 || state.found != null); continue; }
     const on = shown(+li.dataset.i); li.classList.toggle("hidden", !on); if (on) count++;
   }
   for (const r of timeline.querySelectorAll(".row")) applyShown(r, +r.dataset.i);
   const boundary = document.getElementById("boundary");
   if (boundary) boundary.classList.toggle("hidden", state.filters.size > 0 || state.found != null);
+  for (const d of timeline.querySelectorAll(".attempt-start")) d.classList.toggle("hidden", state.filters.size > 0 || state.found != null);
   document.getElementById("found").textContent = state.filters.size || state.found ? `${count} of ${EX.length} exchanges shown` : "";
   fill();
 }
@@ -580,7 +667,9 @@ function jump(i) {
   card.classList.remove("hidden");
   for (const t of timeline.querySelectorAll(".row.target")) t.classList.remove("target");
   card.classList.add("target");
-  card.scrollIntoView({block: "start"});
+  // a resumed attempt's first card: its divider above it in view too
+  const lead = card.previousElementSibling;
+  (lead && lead.classList.contains("attempt-start") ? lead : card).scrollIntoView({block: "start"});
   for (const a of document.querySelectorAll("#index a.here")) a.classList.remove("here");
   const entry = document.querySelector(`#index a[data-i="${i}"]`);
   if (entry) { entry.classList.add("here"); entry.scrollIntoView({block: "nearest"}); }
@@ -588,6 +677,8 @@ function jump(i) {
 function targetOf(hash) {
   let m = /^#step-(\d+)$/.exec(hash);
   if (m) return rowIndex.get(+m[1]);
+  m = /^#attempt-(\d+)$/.exec(hash);
+  if (m) { const i = [...ATTEMPT_AT].find(([, a]) => a.n === +m[1]); return i ? i[0] : null; }
   m = /^#ex-(.+)$/.exec(hash);
   if (m) { const i = EX.findIndex(e => e.id === m[1]); return i < 0 ? null : i; }
   return null;
