@@ -65,8 +65,20 @@ def browser():
 
 def open_page(driver, page: Path, shot: str):
     """Load ``page``; fail on any console message of level WARNING or above; keep a screenshot."""
-    driver.get(page.resolve().as_uri())
-    assert driver.execute_script("return document.body.dataset.ready") == "1"
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    uri = page.resolve().as_uri()
+    driver.get(uri)
+    # get() returns at the load event, yet twice (under load, a page opened right after another
+    # page's jumps) the flag was unset then: wait for this page's script to say it is done (a page
+    # whose script fails never sets it, and the wait fails after 30 s)
+    WebDriverWait(driver, 30).until(
+        lambda d: d.execute_script(
+            "return document.URL.split('#')[0] === arguments[0] && document.body "
+            "&& document.body.dataset.ready === '1'",
+            uri,
+        )
+    )
     problems = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert problems == [], problems
     # self-contained: nothing fetched besides the page itself
