@@ -15,9 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
+import orjson
 
+from pvisor.adapters.request_diff import cache_sentence, diff_exchanges, diff_runs
+from pvisor.adapters.request_diff_kinds import collapsed
 from pvisor.commands.base import Command, one_line
-from pvisor.core.errors import UsageError
+from pvisor.commands.params import refuse_key_shaped
+from pvisor.core.errors import PvisorError, UsageError
+from pvisor.journal.model import is_run_id
+from pvisor.journal.paths import plain_path, require_utf8
+from pvisor.journal.reader import JournalReader
 
 
 @dataclass
@@ -36,9 +43,6 @@ def parse_side(which: str, given: str, default_journal: str) -> Named:
     or an attempt that is no number of at least 1; for an argument that holds a key-shaped token
     anywhere (id or journal path), checked first and never shown (``A holds a key-shaped token
     (not shown): ...``, :func:`~pvisor.commands.params.refuse_key_shaped`)."""
-    from pvisor.commands.params import refuse_key_shaped
-    from pvisor.journal.model import is_run_id
-    from pvisor.journal.paths import plain_path, require_utf8
 
     refuse_key_shaped(which, given, "an exchange or run id")
     require_utf8(which, given)
@@ -83,7 +87,6 @@ def _absolute(path: str) -> str:
 def resolve(reader: Any, side: Named, which: str) -> tuple[str, Any]:
     """(``"exchange"``, Exchange) or (``"run"``, Run) for ``side`` in its journal: an exact id
     before a prefix; UsageError when it names nothing, several, or both a run and an exchange."""
-    from pvisor.core.errors import PvisorError
 
     found: dict[str, Any] = {}
     errors: list[str] = []
@@ -143,8 +146,6 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
       pvisor diff r-3f2a9c0d1e2b@1 r-3f2a9c0d1e2b@2
       pvisor diff old.sqlite:r-3f2a r-3f2a
     """
-    from pvisor.adapters.request_diff import diff_exchanges, diff_runs
-    from pvisor.journal.reader import JournalReader
 
     default = str(ctx.obj["journal"])
     sides = [parse_side("A", a, default), parse_side("B", b, default)]
@@ -180,8 +181,6 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
         for reader in readers.values():
             reader.close()
     if as_json:
-        import orjson
-
         click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:
         for line in lines:
@@ -208,8 +207,6 @@ def _exchange_lines(found: Any) -> list[str]:
     """One line per finding of two exchanges' diff: the verdict and first byte, a note, a
     ``where:`` line per real difference, the incidental ones in one ``also:`` line (``only
     incidental:`` when there is no real one), the differences past the cap, the cache."""
-    from pvisor.adapters.request_diff import cache_sentence
-    from pvisor.adapters.request_diff_kinds import collapsed
 
     if found.verdict.value == "same":
         return [f"same: the bodies are equal ({found.a_bytes:,} bytes)"]
