@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from pvisor.adapters.agents import descriptor_names, get_descriptor
+from pvisor.adapters.agents.base import AgentOutcome
 from pvisor.adapters.agents.effects import Effect, Role
 from pvisor.adapters.exports.genai import reply_of
 from pvisor.adapters.exports.report_workspace import NO_WORKSPACE_REASON, diff_lines, step_files
@@ -418,7 +419,7 @@ def run_outcome(reader: JournalReader, run: Any, attempts: list[Any]) -> dict[st
         verdict = RunVerdict.INTERRUPTED
     elif timed_out:
         verdict = RunVerdict.TIMED_OUT
-    elif (exit_code is not None and exit_code != 0) or own == RunVerdict.FAILED.value:
+    elif (exit_code is not None and exit_code != 0) or own == AgentOutcome.FAILED.value:
         verdict = RunVerdict.FAILED
     elif exit_code == 0:
         verdict = RunVerdict.SUCCEEDED

@@ -153,7 +153,7 @@ function parentRef(r) {
   const kind = r.labels.source_kind, src = r.labels.source;
   return el("b", {text: src ? `the ${kind || "source"} file ${src}` : "-"});
 }
-const VERDICT = {succeeded: "succeeded", failed: "failed", interrupted: "interrupted", timed_out: "timed out", running: "running", unknown: "unknown"};
+const VERDICT = {succeeded: "succeeded", failed: "failed", interrupted: "interrupted", timed_out: "timed out", running: "running (or its pvisor was stopped)", unknown: "unknown"};
 function outcome(top) {
   const o = doc.outcome;
   if (!o || typeof o !== "object") return;
