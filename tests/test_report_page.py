@@ -137,7 +137,7 @@ def test_the_page_of_each_agents_capture_opens_on_its_outcome_and_totals(browser
         assert verdict.get_attribute("data-verdict") == "succeeded", (agent, verdict.text)
         assert browser.find_element("id", "exit-code").text == "exit 0"
         # one index entry per exchange; every step's entry jumps to its card, the chart's bars too
-        assert len(browser.find_elements("css selector", "#index li")) == want["exchanges"]
+        assert len(browser.find_elements("css selector", "#index li.ix")) == want["exchanges"]
         jumps_from_index(browser, range(1, want["steps"] + 1))
         assert len(browser.find_elements("css selector", "#chart a")) == want["steps"]
         timeline_jumps(browser, 1)
