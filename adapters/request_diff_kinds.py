@@ -68,12 +68,11 @@ KIND_REASONS = {
 def agent_of(reader: Any, run_id: str | None) -> Any:
     """The descriptor of run ``run_id``'s agent, or None (no run, an agent pvisor has no
     descriptor of: its differences are told by the protocol's rules only)."""
-    from pvisor.adapters.agents import descriptor_names, get_descriptor
+    from pvisor.adapters.agents import find_descriptor
 
     if not run_id or not reader.run_exists(run_id):
         return None
-    name = reader.run(run_id).agent
-    return get_descriptor(name) if name in descriptor_names() else None
+    return find_descriptor(reader.run(run_id).agent)
 
 
 def _decorated(value: Any, agent: Any) -> Any:

@@ -112,6 +112,12 @@ def get_descriptor(name: str) -> "AgentDescriptor":
     return importlib.import_module(f"{__name__}.{row.module}").DESCRIPTOR
 
 
+def find_descriptor(name: str | None) -> "AgentDescriptor | None":
+    """The descriptor of agent ``name``, or None for no name or an agent pvisor has no
+    descriptor of (a run's recorded agent may be any string)."""
+    return get_descriptor(name) if name is not None and agent(name) is not None else None
+
+
 def get_profile(name: str) -> "AgentProfile":
     """The launch profile called ``name``. Raises UsageError listing the known names (an agent
     with a descriptor but no launch profile is named as such)."""

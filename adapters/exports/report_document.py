@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from pvisor.adapters.agents import descriptor_names, get_descriptor
+from pvisor.adapters.agents import find_descriptor
 from pvisor.adapters.agents.base import AgentOutcome
 from pvisor.adapters.agents.effects import Effect, Role
 from pvisor.adapters.exports.genai import reply_of
@@ -279,7 +279,7 @@ def run_document(
     step_of = {d["exchange"]: s for s, d in zip(traj.steps, traj.meta.get("steps", []))}
     details = {d["exchange"]: d for d in traj.meta.get("steps", [])}
     aux = {a["exchange"]: a for a in traj.meta.get("auxiliary", [])}
-    context = _Context(_descriptor(run.agent), aux)
+    context = _Context(find_descriptor(run.agent), aux)
     rows = []
     with progress.task(f"page of run {run.id}", len(exchanges), progress.Unit.EXCHANGES) as task:
         for e in exchanges:
@@ -385,10 +385,6 @@ def _attempt_command(attempt: Any) -> str | None:
     if not isinstance(argv, list) or not all(isinstance(x, str) for x in argv):
         return None
     return _clip_text(shlex.join(argv), 4000)
-
-
-def _descriptor(agent: str | None) -> Any:
-    return get_descriptor(agent) if agent in descriptor_names() else None
 
 
 def run_outcome(reader: JournalReader, run: Any, attempts: list[Any]) -> dict[str, Any]:
@@ -739,6 +735,5 @@ def _comparison(
 def _normaliser(agent: str | None) -> Any:
     """The agent's tool-output normalisation (its descriptor's decorations), or the identity
     for an agent pvisor has no descriptor of."""
-    if agent in descriptor_names():
-        return get_descriptor(agent).normalise_output
-    return lambda text: text
+    descriptor = find_descriptor(agent)
+    return descriptor.normalise_output if descriptor is not None else lambda text: text
